@@ -1,0 +1,47 @@
+// shardguard: the command-line entry point. Each subcommand group lives in its own file
+// (cli/*_commands.cc) and registers itself on the CLI11 app here.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+#include <exception>
+
+#include "cli/exit_codes.h"
+#include "core/logging.h"
+
+int main(int argc, char** argv) {
+  using namespace shardguard;
+  CLI::App app{
+      "shardguard: keeps long training runs alive on preemptible machines.\n"
+      "Sharded checkpoints, preemption notices, and restarts from the newest complete one.",
+      "shardguard"};
+  app.set_version_flag("--version", std::string("shardguard ") + SHARDGUARD_VERSION);
+  std::string log_level = "info";
+  std::string log_format = "text";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error")
+      ->capture_default_str();
+  app.add_option("--log-format", log_format, "text or json")->capture_default_str();
+  app.require_subcommand(0, 1);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+
+  auto format = parse_log_format(log_format);
+  if (!format.ok()) {
+    std::fprintf(stderr, "shardguard: %s\n", format.error().message().c_str());
+    return kExitUsage;
+  }
+  if (auto st = setup_logging({*format, log_level}); !st.ok()) {
+    std::fprintf(stderr, "shardguard: %s\n", st.error().message().c_str());
+    return kExitUsage;
+  }
+  if (app.get_subcommands().empty()) {
+    std::fputs(app.help().c_str(), stdout);
+    return 0;
+  }
+  return 0;
+}

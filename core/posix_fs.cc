@@ -1,0 +1,267 @@
+// PosixFilesystem: the production Filesystem, straight system calls with errors that name
+// the path.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+
+#include "core/filesystem.h"
+
+namespace shardguard {
+namespace {
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixWritableFile() override {
+    if (fd_ >= 0) ::close(fd_);
+  }
+
+  Status append(std::span<const std::byte> data) override {
+    SG_RETURN_IF_ERROR(write_at(offset_, data));
+    offset_ += data.size();
+    return {};
+  }
+
+  Status write_at(uint64_t offset, std::span<const std::byte> data) override {
+    const std::byte* p = data.data();
+    size_t left = data.size();
+    while (left > 0) {
+      ssize_t n = ::pwrite(fd_, p, left, static_cast<off_t>(offset));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Error::from_errno("write " + q(path_), errno);
+      }
+      p += n;
+      left -= static_cast<size_t>(n);
+      offset += static_cast<uint64_t>(n);
+    }
+    return {};
+  }
+
+  Status preallocate(uint64_t size) override {
+    if (size == 0) return {};
+    int rc = ::posix_fallocate(fd_, 0, static_cast<off_t>(size));
+    // Filesystems without fallocate (some tmpfs, NFS) just skip the reservation.
+    if (rc != 0 && rc != EOPNOTSUPP && rc != EINVAL)
+      return Error::from_errno("preallocate " + q(path_), rc);
+    return {};
+  }
+
+  Status truncate(uint64_t size) override {
+    if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
+      return Error::from_errno("truncate " + q(path_), errno);
+    return {};
+  }
+
+  Status sync() override {
+    if (::fdatasync(fd_) != 0) return Error::from_errno("fsync " + q(path_), errno);
+    return {};
+  }
+
+  Status close() override {
+    if (fd_ < 0) return {};
+    int fd = fd_;
+    fd_ = -1;
+    if (::close(fd) != 0) return Error::from_errno("close " + q(path_), errno);
+    return {};
+  }
+
+  const std::string& path() const override { return path_; }
+
+ private:
+  int fd_;
+  std::string path_;
+  uint64_t offset_ = 0;
+};
+
+class PosixMappedFile final : public MappedFile {
+ public:
+  PosixMappedFile(void* addr, size_t size, std::string path)
+      : addr_(addr), size_(size), path_(std::move(path)) {}
+  ~PosixMappedFile() override {
+    if (addr_ != nullptr) ::munmap(addr_, size_);
+  }
+  std::span<const std::byte> bytes() const override {
+    return {static_cast<const std::byte*>(addr_), size_};
+  }
+  const std::string& path() const override { return path_; }
+
+ private:
+  void* addr_;
+  size_t size_;
+  std::string path_;
+};
+
+}  // namespace
+
+PosixFilesystem& PosixFilesystem::instance() {
+  static PosixFilesystem fs;
+  return fs;
+}
+
+Result<std::unique_ptr<WritableFile>> PosixFilesystem::open_for_write(const std::string& path,
+                                                                      OpenOptions options) {
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
+  flags |= options.exclusive ? O_EXCL : O_TRUNC;
+  if (options.direct) flags |= O_DIRECT;
+  int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0 && options.direct && errno == EINVAL) {
+    // The filesystem refuses O_DIRECT (tmpfs): fall back to buffered writes.
+    fd = ::open(path.c_str(), flags & ~O_DIRECT, 0644);
+  }
+  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+  return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(fd, path));
+}
+
+Result<std::unique_ptr<MappedFile>> PosixFilesystem::map_readonly(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Error::from_errno("stat " + q(path), err);
+  }
+  void* addr = nullptr;
+  const auto size = static_cast<size_t>(st.st_size);
+  if (size > 0) {
+    addr = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (addr == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      return Error::from_errno("mmap " + q(path), err);
+    }
+  }
+  ::close(fd);
+  return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(addr, size, path));
+}
+
+Result<std::string> PosixFilesystem::read_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      return Error::from_errno("read " + q(path), err);
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+Status PosixFilesystem::rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0)
+    return Error::from_errno("rename " + q(from) + " -> " + q(to), errno);
+  return {};
+}
+
+Status PosixFilesystem::sync_dir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Error::from_errno("open directory " + q(dir), errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return Error::from_errno("fsync directory " + q(dir), err);
+  return {};
+}
+
+Result<std::vector<DirEntry>> PosixFilesystem::list(const std::string& dir) {
+  std::error_code ec;
+  std::vector<DirEntry> out;
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec) return Error::from_errno("list " + q(dir), ec.value());
+  for (const auto& entry : it) {
+    std::error_code type_ec;
+    out.push_back({entry.path().filename().string(), entry.is_directory(type_ec)});
+  }
+  return out;
+}
+
+Status PosixFilesystem::remove(const std::string& path) {
+  if (::remove(path.c_str()) != 0) return Error::from_errno("remove " + q(path), errno);
+  return {};
+}
+
+Status PosixFilesystem::remove_all(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::remove_all(path, ec);
+  if (ec) return Error::from_errno("remove " + q(path), ec.value());
+  return {};
+}
+
+Status PosixFilesystem::create_dirs(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return Error::from_errno("create directory " + q(path), ec.value());
+  return {};
+}
+
+Result<uint64_t> PosixFilesystem::file_size(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return Error::from_errno("stat " + q(path), errno);
+  return static_cast<uint64_t>(st.st_size);
+}
+
+Result<bool> PosixFilesystem::exists(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return true;
+  if (errno == ENOENT || errno == ENOTDIR) return false;
+  return Error::from_errno("stat " + q(path), errno);
+}
+
+Result<uint64_t> PosixFilesystem::free_space(const std::string& path) {
+  struct statvfs st {};
+  if (::statvfs(path.c_str(), &st) != 0)
+    return Error::from_errno("statvfs " + q(path), errno);
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+std::string parent_dir(const std::string& path) {
+  auto slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+std::string join_path(const std::string& a, const std::string& b) {
+  if (a.empty()) return b;
+  if (a.back() == '/') return a + b;
+  return a + "/" + b;
+}
+
+Status atomic_write_file(Filesystem& fs, const std::string& path, std::string_view data) {
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp =
+      path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+  auto write_all = [&]() -> Status {
+    SG_ASSIGN_OR_RETURN(auto file, fs.open_for_write(tmp, {.exclusive = true}));
+    SG_RETURN_IF_ERROR(file->append(std::as_bytes(std::span(data.data(), data.size()))));
+    SG_RETURN_IF_ERROR(file->sync());
+    SG_RETURN_IF_ERROR(file->close());
+    return fs.rename(tmp, path);
+  };
+  Status st = write_all();
+  if (!st.ok()) {
+    (void)fs.remove(tmp);
+    return st;
+  }
+  return fs.sync_dir(parent_dir(path));
+}
+
+}  // namespace shardguard
