@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "cli/ckpt_commands.h"
 #include "cli/exit_codes.h"
 #include "core/logging.h"
 
@@ -22,26 +23,27 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--log-format", log_format, "text or json")->capture_default_str();
   app.require_subcommand(0, 1);
+  int exit_code = kExitOk;
+  cli::add_ckpt_commands(app, &exit_code);
 
+  // Logging is set up before any subcommand callback runs.
+  app.parse_complete_callback([&] {
+    auto format = parse_log_format(log_format);
+    Status st = format.ok() ? setup_logging({*format, log_level}) : Status(format.error());
+    if (!st.ok()) throw CLI::ValidationError("logging", st.error().message());
+  });
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int rc = app.exit(e);
     return rc == 0 ? 0 : kExitUsage;
-  }
-
-  auto format = parse_log_format(log_format);
-  if (!format.ok()) {
-    std::fprintf(stderr, "shardguard: %s\n", format.error().message().c_str());
-    return kExitUsage;
-  }
-  if (auto st = setup_logging({*format, log_level}); !st.ok()) {
-    std::fprintf(stderr, "shardguard: %s\n", st.error().message().c_str());
-    return kExitUsage;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "shardguard: internal error: %s\n", e.what());
+    return kExitFailure;
   }
   if (app.get_subcommands().empty()) {
     std::fputs(app.help().c_str(), stdout);
-    return 0;
+    return kExitOk;
   }
-  return 0;
+  return exit_code;
 }

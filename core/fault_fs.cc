@@ -72,9 +72,11 @@ int FaultInjectingFilesystem::operations() const {
   return ops_;
 }
 
-Status FaultInjectingFilesystem::maybe_fail(const std::string& what) {
+Status FaultInjectingFilesystem::maybe_fail(const std::string& what, bool frees_space) {
   std::lock_guard lock(mu_);
   ++ops_;
+  // A full disk never stops a file from being removed.
+  if (frees_space && (fail_errno_ == ENOSPC || fail_errno_ == EDQUOT)) return {};
   if (fail_at_ != 0 && (ops_ == fail_at_ || (sticky_ && ops_ > fail_at_)))
     return Error::from_errno(what + " (injected)", fail_errno_);
   return {};
@@ -129,7 +131,7 @@ Status FaultInjectingFilesystem::sync_dir(const std::string& dir) {
 }
 
 Status FaultInjectingFilesystem::remove(const std::string& path) {
-  SG_RETURN_IF_ERROR(maybe_fail("remove '" + path + "'"));
+  SG_RETURN_IF_ERROR(maybe_fail("remove '" + path + "'", /*frees_space=*/true));
   SG_RETURN_IF_ERROR(base_.remove(path));
   std::lock_guard lock(mu_);
   files_.erase(path);
@@ -137,7 +139,7 @@ Status FaultInjectingFilesystem::remove(const std::string& path) {
 }
 
 Status FaultInjectingFilesystem::remove_all(const std::string& path) {
-  SG_RETURN_IF_ERROR(maybe_fail("remove '" + path + "'"));
+  SG_RETURN_IF_ERROR(maybe_fail("remove '" + path + "'", /*frees_space=*/true));
   SG_RETURN_IF_ERROR(base_.remove_all(path));
   std::lock_guard lock(mu_);
   std::erase_if(files_, [&](const auto& kv) {

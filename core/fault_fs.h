@@ -56,7 +56,8 @@ class FaultInjectingFilesystem final : public Filesystem {
   friend class File;
 
   // Counts one mutating operation; returns the injected error if this one must fail.
-  Status maybe_fail(const std::string& what);
+  // Removals are exempt from ENOSPC faults (`frees_space`), as on a real full disk.
+  Status maybe_fail(const std::string& what, bool frees_space = false);
   void note_written(const std::string& path, uint64_t end);
   void note_synced(const std::string& path);
 

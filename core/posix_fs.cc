@@ -248,7 +248,7 @@ std::string join_path(const std::string& a, const std::string& b) {
 Status atomic_write_file(Filesystem& fs, const std::string& path, std::string_view data) {
   static std::atomic<uint64_t> counter{0};
   const std::string tmp =
-      path + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
+      path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
   auto write_all = [&]() -> Status {
     SG_ASSIGN_OR_RETURN(auto file, fs.open_for_write(tmp, {.exclusive = true}));
     SG_RETURN_IF_ERROR(file->append(std::as_bytes(std::span(data.data(), data.size()))));

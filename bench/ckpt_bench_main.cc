@@ -1,0 +1,211 @@
+// sg_bench_ckpt: the per-process worker of bench/ckpt_bench.py. Each rank is its own
+// process, as in training. Prints one JSON line per command for the driver.
+//
+//   sg_bench_ckpt save   DIR STEP RANK WORLD TOTAL_BYTES   durable save of this rank's share
+//   sg_bench_ckpt commit DIR STEP WORLD                     write the manifest
+//   sg_bench_ckpt drop   DIR STEP                           evict the step's files from the page cache
+//   sg_bench_ckpt load   DIR STEP RANK WORLD                read this rank's share (any WORLD)
+//   sg_bench_ckpt stall  TOTAL_BYTES                        async snapshot vs memcpy of the same bytes
+//
+// The state is 16 F32 tensors of [rows, 4096] (think weights and two Adam moments of a few
+// layers), each split by rows across ranks.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "checkpoint/commit.h"
+#include "checkpoint/paths.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
+
+using namespace shardguard;
+using namespace shardguard::checkpoint;
+using Clock_ = std::chrono::steady_clock;
+
+namespace {
+
+constexpr uint64_t kTensors = 16;
+constexpr uint64_t kCols = 4096;
+
+int64_t mono_ns(Clock_::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+// Start barrier: ranks prepare, say "ready", and start together when the driver says "go".
+void wait_for_go() {
+  std::printf("ready\n");
+  std::fflush(stdout);
+  char line[16];
+  if (std::fgets(line, sizeof line, stdin) == nullptr) std::exit(3);
+}
+
+double since(Clock_::time_point t0) {
+  return std::chrono::duration<double>(Clock_::now() - t0).count();
+}
+
+uint64_t rows_for(uint64_t total_bytes) { return std::max<uint64_t>(1, total_bytes / kTensors / kCols / 4); }
+
+Box rank_box(uint64_t rows, uint32_t rank, uint32_t world) {
+  uint64_t r0 = rank * rows / world, r1 = (rank + 1) * rows / world;
+  return Box{{r0, 0}, {r1 - r0, kCols}};
+}
+
+int die(const Error& e) {
+  std::fprintf(stderr, "sg_bench_ckpt: %s\n", e.message().c_str());
+  return 1;
+}
+
+// Fills this rank's tensors with non-constant bytes (touching every page first).
+std::vector<std::vector<float>> make_state(uint64_t rows, uint32_t rank, uint32_t world) {
+  Box box = rank_box(rows, rank, world);
+  std::vector<std::vector<float>> state(kTensors);
+  for (uint64_t t = 0; t < kTensors; ++t) {
+    state[t].resize(box.volume());
+    for (size_t i = 0; i < state[t].size(); ++i) state[t][i] = float(t * 7 + i % 1013);
+  }
+  return state;
+}
+
+Result<ShardWriter> prepared_writer(const std::string& dir, uint64_t step, uint32_t rank,
+                                    uint32_t world, uint64_t rows,
+                                    const std::vector<std::vector<float>>& state) {
+  WriterOptions o;
+  o.checkpoint_dir = dir;
+  o.job_id = "bench";
+  o.step = step;
+  o.rank = rank;
+  o.world_size = world;
+  if (const char* t = std::getenv("SG_BENCH_IO_THREADS")) o.io_threads = std::atoi(t);
+  if (const char* d = std::getenv("SG_BENCH_DIRECT")) o.direct_io = std::atoi(d) != 0;
+  ShardWriter w(PosixFilesystem::instance(), o);
+  for (uint64_t t = 0; t < kTensors; ++t)
+    SG_RETURN_IF_ERROR(w.add_chunk("layer" + std::to_string(t), DType::kF32, {rows, kCols},
+                                   rank_box(rows, rank, world),
+                                   std::as_bytes(std::span(state[t]))));
+  if (rank == 0) w.set_global_state({step, "null", "null"});
+  return w;
+}
+
+int save(const std::string& dir, uint64_t step, uint32_t rank, uint32_t world, uint64_t total) {
+  const uint64_t rows = rows_for(total);
+  auto state = make_state(rows, rank, world);
+  auto writer = prepared_writer(dir, step, rank, world, rows, state);
+  if (!writer.ok()) return die(writer.error());
+  wait_for_go();
+  auto t0 = Clock_::now();
+  auto sidecar = writer->finish();
+  if (!sidecar.ok()) return die(sidecar.error());
+  auto t1 = Clock_::now();
+  std::printf("{\"cmd\":\"save\",\"rank\":%u,\"bytes\":%llu,\"start_ns\":%lld,\"end_ns\":%lld}\n",
+              rank, static_cast<unsigned long long>(sidecar->file.size),
+              static_cast<long long>(mono_ns(t0)), static_cast<long long>(mono_ns(t1)));
+  return 0;
+}
+
+int commit(const std::string& dir, uint64_t step, uint32_t world) {
+  CommitOptions c;
+  c.checkpoint_dir = dir;
+  c.job_id = "bench";
+  c.step = step;
+  c.world_size = world;
+  auto t0 = Clock_::now();
+  auto m = commit_checkpoint(PosixFilesystem::instance(), RealClock::instance(), c);
+  if (!m.ok()) return die(m.error());
+  std::printf("{\"cmd\":\"commit\",\"seconds\":%.6f}\n", since(t0));
+  return 0;
+}
+
+int drop(const std::string& dir, uint64_t step) {
+  const std::string step_dir = join_path(dir, step_dir_name(step));
+  auto entries = PosixFilesystem::instance().list(step_dir);
+  if (!entries.ok()) return die(entries.error());
+  for (const auto& e : *entries) {
+    int fd = ::open(join_path(step_dir, e.name).c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    ::fdatasync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  std::printf("{\"cmd\":\"drop\"}\n");
+  return 0;
+}
+
+int load(const std::string& dir, uint64_t step, uint32_t rank, uint32_t world) {
+  wait_for_go();
+  auto t0 = Clock_::now();
+  auto reader = CheckpointReader::open(PosixFilesystem::instance(),
+                                       join_path(dir, step_dir_name(step)));
+  if (!reader.ok()) return die(reader.error());
+  uint64_t bytes = 0;
+  std::vector<std::byte> buf;
+  for (const auto& name : reader->tensor_names()) {
+    const TensorRecord* t = reader->tensor(name);
+    Box box = rank_box(t->shape[0], rank, world);
+    buf.resize(box.volume() * 4);
+    auto st = reader->read(name, box, buf);
+    if (!st.ok()) return die(st.error());
+    bytes += buf.size();
+  }
+  auto t1 = Clock_::now();
+  std::printf("{\"cmd\":\"load\",\"rank\":%u,\"bytes\":%llu,\"start_ns\":%lld,\"end_ns\":%lld}\n",
+              rank, static_cast<unsigned long long>(bytes), static_cast<long long>(mono_ns(t0)),
+              static_cast<long long>(mono_ns(t1)));
+  return 0;
+}
+
+int stall(uint64_t total) {
+  const uint64_t rows = rows_for(total);
+  auto state = make_state(rows, 0, 1);
+  // Reference: memcpy of the same bytes into memory that was already touched.
+  std::vector<std::vector<float>> target(kTensors);
+  for (uint64_t t = 0; t < kTensors; ++t) target[t].assign(state[t].size(), 1.0f);
+  auto t0 = Clock_::now();
+  for (uint64_t t = 0; t < kTensors; ++t)
+    std::memcpy(target[t].data(), state[t].data(), state[t].size() * 4);
+  const double memcpy_s = since(t0);
+  // The async writer's stall: the second save reuses staging memory, as in training.
+  char tmpl[] = "/tmp/sg-bench-stall-XXXXXX";
+  const std::string dir = ::mkdtemp(tmpl);
+  AsyncShardWriter async;
+  double stall_s = 0, first_s = 0;
+  for (uint64_t step = 1; step <= 2; ++step) {
+    auto w = prepared_writer(dir, step, 0, 1, rows, state);
+    if (!w.ok()) return die(w.error());
+    auto s = async.start(std::move(*w));
+    if (!s.ok()) return die(s.error());
+    (step == 1 ? first_s : stall_s) = *s;
+    auto done = async.wait();
+    if (!done.ok()) return die(done.error());
+  }
+  (void)PosixFilesystem::instance().remove_all(dir);
+  std::printf("{\"cmd\":\"stall\",\"bytes\":%llu,\"memcpy_seconds\":%.6f,"
+              "\"first_stall_seconds\":%.6f,\"stall_seconds\":%.6f}\n",
+              static_cast<unsigned long long>(rows * kCols * 4 * kTensors), memcpy_s, first_s,
+              stall_s);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> a(argv + 1, argv + argc);
+  auto u = [&](size_t i) { return std::strtoull(a.at(i).c_str(), nullptr, 10); };
+  try {
+    if (a.size() == 6 && a[0] == "save") return save(a[1], u(2), u(3), u(4), u(5));
+    if (a.size() == 4 && a[0] == "commit") return commit(a[1], u(2), u(3));
+    if (a.size() == 3 && a[0] == "drop") return drop(a[1], u(2));
+    if (a.size() == 5 && a[0] == "load") return load(a[1], u(2), u(3), u(4));
+    if (a.size() == 2 && a[0] == "stall") return stall(u(1));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sg_bench_ckpt: %s\n", e.what());
+    return 1;
+  }
+  std::fprintf(stderr, "usage: see the comment at the top of bench/ckpt_bench_main.cc\n");
+  return 2;
+}

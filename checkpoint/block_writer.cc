@@ -1,0 +1,160 @@
+#include "checkpoint/block_writer.h"
+
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "checkpoint/manifest.h"
+
+namespace shardguard::checkpoint {
+namespace {
+
+struct AlignedFree {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<std::byte, AlignedFree>;
+
+AlignedBuffer aligned_buffer(size_t size) {
+  void* p = nullptr;
+  if (::posix_memalign(&p, kDirectIoAlignment, size) != 0) return nullptr;
+  return AlignedBuffer(static_cast<std::byte*>(p));
+}
+
+// Gathers the bytes [begin, end) of the image into `out`.
+void gather(std::span<const Segment> segments, uint64_t begin, uint64_t end, std::byte* out) {
+  auto it = std::upper_bound(segments.begin(), segments.end(), begin,
+                             [](uint64_t off, const Segment& s) { return off < s.offset; });
+  if (it != segments.begin()) --it;
+  for (; it != segments.end() && it->offset < end; ++it) {
+    uint64_t s_begin = std::max(begin, it->offset);
+    uint64_t s_end = std::min(end, it->offset + it->data.size());
+    if (s_end <= s_begin) continue;
+    std::memcpy(out + (s_begin - begin), it->data.data() + (s_begin - it->offset),
+                s_end - s_begin);
+  }
+}
+
+// The whole block lies in one segment at an aligned address: write it without a copy.
+const std::byte* direct_source(std::span<const Segment> segments, uint64_t begin,
+                               uint64_t end) {
+  for (const auto& s : segments) {
+    if (s.offset <= begin && end <= s.offset + s.data.size()) {
+      const std::byte* p = s.data.data() + (begin - s.offset);
+      if (reinterpret_cast<uintptr_t>(p) % kDirectIoAlignment == 0) return p;
+      return nullptr;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+Result<std::string> write_file_image(Filesystem& fs, const std::string& path,
+                                     std::span<const Segment> segments, uint64_t file_size,
+                                     const BlockWriteOptions& options) {
+  SG_ASSIGN_OR_RETURN(auto file, fs.open_for_write(path, {.direct = options.direct_io}));
+  auto fail = [&](Error e) -> Error {
+    (void)file->close();
+    (void)fs.remove(path);
+    return e;
+  };
+  if (auto st = file->preallocate(file_size); !st.ok()) return fail(std::move(st).error());
+
+  const size_t block = std::max(options.block_size, kDirectIoAlignment) / kDirectIoAlignment *
+                       kDirectIoAlignment;
+  const uint64_t blocks = (file_size + block - 1) / block;
+  std::atomic<uint64_t> next{0};
+  std::atomic<bool> abort{false};
+  std::mutex error_mu;
+  std::optional<Error> first_error;
+
+  auto worker = [&] {
+    AlignedBuffer buf;
+    while (!abort.load(std::memory_order_relaxed)) {
+      uint64_t k = next.fetch_add(1);
+      if (k >= blocks) return;
+      uint64_t begin = k * block;
+      uint64_t end = std::min<uint64_t>(begin + block, file_size);
+      // O_DIRECT needs whole aligned sizes: pad the last block, truncate afterwards.
+      uint64_t padded = (end - begin + kDirectIoAlignment - 1) / kDirectIoAlignment *
+                        kDirectIoAlignment;
+      const std::byte* src = direct_source(segments, begin, begin + padded);
+      if (src == nullptr) {
+        if (!buf) buf = aligned_buffer(block);
+        if (!buf) {
+          std::lock_guard lock(error_mu);
+          if (!first_error) first_error = Error(ErrorCode::kIo, "out of memory for write buffer");
+          abort = true;
+          return;
+        }
+        if (padded > end - begin) std::memset(buf.get() + (end - begin), 0, padded - (end - begin));
+        gather(segments, begin, end, buf.get());
+        src = buf.get();
+      }
+      auto st = file->write_at(begin, std::span(src, padded));
+      if (!st.ok()) {
+        std::lock_guard lock(error_mu);
+        if (!first_error) first_error = std::move(st).error();
+        abort = true;
+        return;
+      }
+    }
+  };
+
+  std::vector<std::thread> threads;
+  const int n = std::clamp<int>(options.threads, 1, 64);
+  for (int i = 0; i < n; ++i) threads.emplace_back(worker);
+
+  // Checksum in the same pass, in file order, while the workers write.
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  for (const auto& s : segments) XXH3_128bits_update(state, s.data.data(), s.data.size());
+  XXH128_hash_t digest = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+
+  for (auto& t : threads) t.join();
+  if (first_error) return fail(std::move(*first_error));
+  if (file_size % kDirectIoAlignment != 0) {
+    if (auto st = file->truncate(file_size); !st.ok()) return fail(std::move(st).error());
+  }
+  if (auto st = file->sync(); !st.ok()) return fail(std::move(st).error());
+  if (auto st = file->close(); !st.ok()) return fail(std::move(st).error());
+  return xxh3_128_hex(digest.high64, digest.low64);
+}
+
+void copy_image(std::span<const Segment> segments, std::byte* dst, int threads) {
+  constexpr size_t kPiece = 16ull << 20;
+  struct Piece {
+    const std::byte* src;
+    std::byte* dst;
+    size_t size;
+  };
+  std::vector<Piece> pieces;
+  for (const auto& s : segments) {
+    for (size_t off = 0; off < s.data.size(); off += kPiece)
+      pieces.push_back({s.data.data() + off, dst + s.offset + off,
+                        std::min(kPiece, s.data.size() - off)});
+  }
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next++; i < pieces.size(); i = next++)
+      std::memcpy(pieces[i].dst, pieces[i].src, pieces[i].size);
+  };
+  const int n = std::clamp<int>(threads, 1, 64);
+  if (n == 1 || pieces.size() < 2) {
+    work();
+    return;
+  }
+  std::vector<std::thread> pool;
+  for (int i = 1; i < n; ++i) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace shardguard::checkpoint

@@ -1,0 +1,123 @@
+#include "checkpoint/box.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace shardguard::checkpoint {
+
+Box Box::whole(std::span<const uint64_t> shape) {
+  return Box{std::vector<uint64_t>(shape.size(), 0), {shape.begin(), shape.end()}};
+}
+
+uint64_t Box::volume() const {
+  uint64_t v = 1;
+  for (uint64_t s : sizes) v *= s;
+  return v;
+}
+
+std::string Box::to_string() const {
+  std::string out = "[";
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string(offsets[i]) + ":" + std::to_string(offsets[i] + sizes[i]);
+  }
+  return out + "]";
+}
+
+std::optional<Box> intersect(const Box& a, const Box& b) {
+  if (a.rank() != b.rank()) return std::nullopt;
+  Box out;
+  out.offsets.resize(a.rank());
+  out.sizes.resize(a.rank());
+  for (size_t d = 0; d < a.rank(); ++d) {
+    uint64_t lo = std::max(a.offsets[d], b.offsets[d]);
+    uint64_t hi = std::min(a.offsets[d] + a.sizes[d], b.offsets[d] + b.sizes[d]);
+    if (hi <= lo) return std::nullopt;
+    out.offsets[d] = lo;
+    out.sizes[d] = hi - lo;
+  }
+  return out;
+}
+
+Status check_box_in_shape(const Box& box, std::span<const uint64_t> shape) {
+  if (box.offsets.size() != shape.size() || box.sizes.size() != shape.size())
+    return Error(ErrorCode::kInvalid, "box " + box.to_string() + " has " +
+                                          std::to_string(box.sizes.size()) +
+                                          " dimensions, the tensor " +
+                                          std::to_string(shape.size()));
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (box.offsets[d] > shape[d] || box.sizes[d] > shape[d] - box.offsets[d])
+      return Error(ErrorCode::kInvalid, "box " + box.to_string() + " exceeds dimension " +
+                                            std::to_string(d) + " of size " +
+                                            std::to_string(shape[d]));
+  }
+  return {};
+}
+
+Status check_tiling(std::span<const uint64_t> shape, std::span<const Box> chunks) {
+  uint64_t covered = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    auto st = check_box_in_shape(chunks[i], shape);
+    if (!st.ok()) return std::move(st).error().context("chunk " + std::to_string(i));
+    for (size_t j = 0; j < i; ++j) {
+      if (chunks[i].volume() != 0 && intersect(chunks[i], chunks[j]))
+        return Error(ErrorCode::kCorrupt, "chunks " + std::to_string(j) + " " +
+                                              chunks[j].to_string() + " and " +
+                                              std::to_string(i) + " " + chunks[i].to_string() +
+                                              " overlap");
+    }
+    covered += chunks[i].volume();
+  }
+  uint64_t total = Box::whole(shape).volume();
+  if (covered != total)
+    return Error(ErrorCode::kCorrupt, "chunks cover " + std::to_string(covered) + " of " +
+                                          std::to_string(total) + " elements (missing chunks)");
+  return {};
+}
+
+void copy_region(const std::byte* src, const Box& src_box, std::byte* dst, const Box& dst_box,
+                 const Box& region, size_t element_bytes) {
+  const size_t n = region.rank();
+  if (region.volume() == 0) return;
+  if (n == 0) {
+    std::memcpy(dst, src, element_bytes);
+    return;
+  }
+  // Row-major strides (in elements) of both buffers.
+  std::vector<uint64_t> src_stride(n), dst_stride(n);
+  src_stride[n - 1] = dst_stride[n - 1] = 1;
+  for (size_t d = n - 1; d > 0; --d) {
+    src_stride[d - 1] = src_stride[d] * src_box.sizes[d];
+    dst_stride[d - 1] = dst_stride[d] * dst_box.sizes[d];
+  }
+  // Merge trailing dimensions the region spans fully in both buffers into one run.
+  size_t inner = n - 1;
+  uint64_t run = region.sizes[n - 1];
+  while (inner > 0 && region.sizes[inner] == src_box.sizes[inner] &&
+         region.sizes[inner] == dst_box.sizes[inner]) {
+    --inner;
+    run *= region.sizes[inner];
+  }
+  const size_t run_bytes = run * element_bytes;
+  // Iterate over the outer dimensions [0, inner) with an odometer.
+  std::vector<uint64_t> idx(inner, 0);
+  for (;;) {
+    uint64_t s = 0, t = 0;
+    for (size_t d = 0; d < n; ++d) {
+      uint64_t i = region.offsets[d] + (d < inner ? idx[d] : 0);
+      s += (i - src_box.offsets[d]) * src_stride[d];
+      t += (i - dst_box.offsets[d]) * dst_stride[d];
+    }
+    std::memcpy(dst + t * element_bytes, src + s * element_bytes, run_bytes);
+    size_t d = inner;
+    while (d > 0) {
+      --d;
+      if (++idx[d] < region.sizes[d]) break;
+      idx[d] = 0;
+      if (d == 0) return;
+    }
+    if (inner == 0) return;
+  }
+}
+
+}  // namespace shardguard::checkpoint

@@ -1,0 +1,55 @@
+// The catalog of a checkpoint directory: every step directory with its state, newest
+// first, and the newest complete one to resume from. A checkpoint is complete if and only
+// if its manifest.json exists, parses, names the directory's step, and every file it lists
+// has the listed size (and, with Verify::kChecksum, checksum). Nothing else (no "latest"
+// pointer) is trusted; names that do not parse as step directories are not ours and are
+// ignored. Thread-safety: pure functions over the Filesystem; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "checkpoint/manifest.h"
+#include "checkpoint/verify.h"
+#include "core/filesystem.h"
+#include "core/result.h"
+
+namespace shardguard::checkpoint {
+
+enum class CheckpointState {
+  kComplete,    // manifest present and every listed file checks out
+  kIncomplete,  // no manifest.json: a save that never committed (or is in progress)
+  kCorrupt,     // manifest unreadable or a listed file missing or different
+};
+std::string_view checkpoint_state_name(CheckpointState state);  // "complete", ...
+
+struct CatalogEntry {
+  uint64_t step = 0;
+  std::string dir;  // the step directory's path
+  CheckpointState state = CheckpointState::kIncomplete;
+  std::string reason;                // why not complete, naming the file; empty if complete
+  std::optional<Manifest> manifest;  // set whenever the manifest parsed
+};
+
+// Classifies one step directory. Read errors make the entry kCorrupt with the error as
+// its reason (an unreadable checkpoint cannot be resumed from either).
+CatalogEntry inspect_checkpoint(Filesystem& fs, const std::string& step_dir, uint64_t step,
+                                Verify verify);
+
+// Every step directory under `checkpoint_dir`, newest first, each classified. A missing
+// `checkpoint_dir` is an empty list; an unlistable one is an error.
+Result<std::vector<CatalogEntry>> list_checkpoints(Filesystem& fs,
+                                                   const std::string& checkpoint_dir,
+                                                   Verify verify);
+
+// The newest complete checkpoint, verifying newest first and stopping at the first
+// complete one; the newer ones passed over go to `skipped_newer` (newest first). kNotFound,
+// listing what was skipped and why, when none is complete.
+Result<CatalogEntry> latest_complete(Filesystem& fs, const std::string& checkpoint_dir,
+                                     Verify verify,
+                                     std::vector<CatalogEntry>* skipped_newer = nullptr);
+
+}  // namespace shardguard::checkpoint

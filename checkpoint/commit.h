@@ -1,0 +1,48 @@
+// The commit: turns the ranks' sidecars of one step into manifest.json, the single fact
+// that makes a checkpoint complete.
+//
+// The committer (rank 0, or the supervisor when rank 0 is gone) waits until every rank of
+// the world has published its sidecar, checks them against each other (same job, step,
+// attempt and world size; every shard present with its size; chunks of each tensor tiling
+// its shape), writes the HF index when every tensor is whole, then manifest.json
+// atomically (temp, fsync, rename, fsync dir), and finally removes files of older attempts.
+// Fencing: a sidecar or manifest of a newer attempt means this committer is stale.
+// Committing a committed step returns the existing manifest (idempotent).
+// Thread-safety: independent calls may run on different threads.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "checkpoint/manifest.h"
+#include "core/clock.h"
+#include "core/filesystem.h"
+#include "core/result.h"
+
+namespace shardguard::checkpoint {
+
+struct CommitOptions {
+  std::string checkpoint_dir;
+  std::string job_id = "job";
+  uint64_t step = 0;
+  uint64_t attempt = 0;
+  uint32_t world_size = 1;
+  SaveReason reason = SaveReason::kPeriodic;
+  Duration timeout = std::chrono::seconds(300);  // for all sidecars to appear
+  Duration poll_interval = std::chrono::milliseconds(20);
+};
+
+// Waits for the sidecars and commits. kTimeout names the ranks still missing (and why:
+// absent, or from another attempt); kFenced when a newer attempt owns the step; kCorrupt
+// when sidecars disagree or a shard is missing or has the wrong size.
+// `sleep` is how the wait passes time (tests pass one that advances a FakeClock).
+Result<Manifest> commit_checkpoint(Filesystem& fs, Clock& clock, const CommitOptions& options,
+                                   const std::function<void(Duration)>& sleep = {});
+
+// One look, no waiting: the manifest if every sidecar is there and valid; kNotFound with
+// the reason when some are missing.
+Result<Manifest> try_commit_checkpoint(Filesystem& fs, Clock& clock,
+                                       const CommitOptions& options);
+
+}  // namespace shardguard::checkpoint

@@ -1,0 +1,38 @@
+// Verification of a checkpoint's files against its manifest: every listed file present
+// with the listed size and, on full verification, the listed XXH3-128 checksum.
+// Messages name the file relative to the checkpoint directory
+// ("step-000000200/shard-00001-of-00002.safetensors: size 10 differs from manifest 12").
+// Thread-safety: pure functions over the Filesystem; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "checkpoint/manifest.h"
+#include "core/filesystem.h"
+#include "core/result.h"
+
+namespace shardguard::checkpoint {
+
+enum class Verify {
+  kSize,      // files exist with the listed sizes (cheap: metadata only)
+  kChecksum,  // also XXH3-128 over every byte (reads the whole checkpoint)
+};
+
+// Called with bytes verified so far and the total bytes to verify.
+using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
+
+// XXH3-128 of a whole file as 32 hex digits (xxh3_128_hex), read through a mapping in
+// 8 MiB steps; `on_bytes(n)` is called after each step with the n bytes just hashed.
+Result<std::string> file_xxh3_128(Filesystem& fs, const std::string& path,
+                                  const std::function<void(uint64_t)>& on_bytes = {});
+
+// Checks `manifest` against the files in `step_dir`: the manifest's step must match the
+// directory's name (when it parses as a step directory); each listed file must exist with
+// its size and, with kChecksum, its checksum (files listed without one are size-checked
+// only). kCorrupt naming the file on the first mismatch; other I/O errors as they come.
+Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Manifest& manifest,
+                         Verify verify, VerifyProgress progress = {});
+
+}  // namespace shardguard::checkpoint

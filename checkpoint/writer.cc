@@ -1,0 +1,355 @@
+#include "checkpoint/writer.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include <boost/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "checkpoint/block_writer.h"
+#include "checkpoint/paths.h"
+#include "checkpoint/safetensors.h"
+
+namespace shardguard::checkpoint {
+namespace {
+
+struct PendingTensor {
+  std::string name;
+  std::string key;  // inside the shard file
+  DType dtype;
+  std::vector<uint64_t> global_shape;
+  Box box;
+  std::span<const std::byte> data;
+};
+
+std::string chunk_key(const std::string& name, const Box& box,
+                      const std::vector<uint64_t>& shape) {
+  if (box == Box::whole(shape)) return name;
+  std::string key = name + "@";
+  for (size_t i = 0; i < box.offsets.size(); ++i) {
+    if (i) key += ",";
+    key += std::to_string(box.offsets[i]);
+  }
+  return key;
+}
+
+Status check_json_text(const std::string& text, const std::string& what) {
+  if (text.empty()) return {};
+  boost::system::error_code ec;
+  (void)boost::json::parse(text, ec);
+  if (ec) return Error(ErrorCode::kInvalid, what + " is not valid JSON: " + ec.message());
+  return {};
+}
+
+std::string u64_list_json(const std::vector<uint64_t>& v) {
+  boost::json::array a;
+  for (uint64_t x : v) a.emplace_back(x);
+  return boost::json::serialize(a);
+}
+
+}  // namespace
+
+StagingBuffer::~StagingBuffer() {
+  if (data_ != nullptr) ::munmap(data_, capacity_);
+}
+
+Result<std::byte*> StagingBuffer::reserve(size_t size) {
+  if (size <= capacity_ && data_ != nullptr) return data_;
+  if (data_ != nullptr) ::munmap(data_, capacity_);
+  data_ = nullptr;
+  capacity_ = 0;
+  const size_t rounded =
+      std::max<size_t>((size + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment,
+                       kDirectIoAlignment);
+  // Populated up front (one kernel call instead of a fault per page), so snapshots copy at
+  // memory speed; page-aligned, as O_DIRECT writes straight from it.
+  void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  if (p == MAP_FAILED)
+    return Error::from_errno("staging buffer of " + std::to_string(size) + " bytes", errno);
+  data_ = static_cast<std::byte*>(p);
+  capacity_ = rounded;
+  return data_;
+}
+
+struct ShardWriter::Impl {
+  Filesystem* fs;
+  WriterOptions opt;
+  std::vector<PendingTensor> tensors;
+  RankState rank_state{"", "null", "null"};
+  std::optional<GlobalState> global;
+  std::optional<SafetensorsLayout> layout;
+  const std::byte* staged = nullptr;  // the whole file image, after snapshot()
+
+  std::string step_dir() const { return join_path(opt.checkpoint_dir, step_dir_name(opt.step)); }
+  std::string shard_name() const { return shard_file_name(opt.rank, opt.world_size); }
+
+  Status add(PendingTensor t) {
+    if (t.name.empty()) return Error(ErrorCode::kInvalid, "tensor name is empty");
+    if (layout) return Error(ErrorCode::kInvalid, "tensor '" + t.name + "' added after the plan");
+    if (auto st = check_box_in_shape(t.box, t.global_shape); !st.ok())
+      return std::move(st).error().context("tensor '" + t.name + "'");
+    SG_ASSIGN_OR_RETURN(uint64_t bytes, checked_byte_size(t.box.sizes, t.dtype));
+    if (bytes != t.data.size())
+      return Error(ErrorCode::kInvalid, "tensor '" + t.name + "' box " + t.box.to_string() +
+                                            " of " + std::string(dtype_name(t.dtype)) +
+                                            " needs " + std::to_string(bytes) + " bytes, got " +
+                                            std::to_string(t.data.size()));
+    const bool whole = t.box == Box::whole(t.global_shape);
+    if (!whole && bit_size(t.dtype) < 8)
+      return Error(ErrorCode::kInvalid, "tensor '" + t.name + "': " +
+                                            std::string(dtype_name(t.dtype)) +
+                                            " can only be stored whole, not in chunks");
+    for (const auto& other : tensors) {
+      if (other.name != t.name) continue;
+      if (other.dtype != t.dtype || other.global_shape != t.global_shape)
+        return Error(ErrorCode::kInvalid, "tensor '" + t.name +
+                                              "' added again with another dtype or shape");
+      if (intersect(other.box, t.box) && t.box.volume() > 0)
+        return Error(ErrorCode::kInvalid, "tensor '" + t.name + "': chunk " +
+                                              t.box.to_string() + " overlaps " +
+                                              other.box.to_string());
+    }
+    t.key = chunk_key(t.name, t.box, t.global_shape);
+    tensors.push_back(std::move(t));
+    return {};
+  }
+
+  Status plan() {
+    if (layout) return {};
+    std::vector<PlannedTensor> planned;
+    std::string chunks = "{";
+    bool first = true;
+    for (const auto& t : tensors) {
+      planned.push_back({t.key, t.dtype, t.box.sizes});
+      if (t.key == t.name) continue;
+      if (!first) chunks += ",";
+      first = false;
+      std::string entry;
+      entry += "{\"tensor\":" + boost::json::serialize(boost::json::value(t.name));
+      entry += ",\"shape\":" + u64_list_json(t.global_shape);
+      entry += ",\"offsets\":" + u64_list_json(t.box.offsets) + "}";
+      chunks += boost::json::serialize(boost::json::value(t.key)) + ":" + entry;
+    }
+    chunks += "}";
+    std::map<std::string, std::string> metadata = {
+        {"format", "shardguard"},
+        {"shardguard.job_id", opt.job_id},
+        {"shardguard.step", std::to_string(opt.step)},
+        {"shardguard.rank", std::to_string(opt.rank)},
+        {"shardguard.world_size", std::to_string(opt.world_size)},
+    };
+    if (!first) metadata["shardguard.chunks"] = chunks;
+    auto planned_layout = plan_safetensors(std::move(planned), std::move(metadata),
+                                           kDirectIoAlignment);
+    if (!planned_layout.ok())
+      return std::move(planned_layout).error().context(shard_name());
+    layout = std::move(*planned_layout);
+    return {};
+  }
+
+  // The file image as segments in offset order: header, then each tensor's bytes.
+  std::vector<Segment> segments() const {
+    if (staged != nullptr) return {Segment{0, std::span(staged, layout->file_size)}};
+    std::map<std::string_view, const PendingTensor*> by_key;
+    for (const auto& t : tensors) by_key[t.key] = &t;
+    std::vector<Segment> out;
+    out.push_back({0, std::span<const std::byte>(layout->header_bytes)});
+    for (const auto& e : layout->header.tensors) {
+      if (e.byte_size() == 0) continue;
+      out.push_back({layout->header.file_offset(e), by_key.at(e.name)->data});
+    }
+    return out;
+  }
+
+  Status check_fencing() {
+    const std::string manifest = join_path(step_dir(), std::string(kManifestName));
+    SG_ASSIGN_OR_RETURN(bool committed, fs->exists(manifest));
+    if (committed)
+      return Error(ErrorCode::kFenced, "step " + std::to_string(opt.step) +
+                                           " is already committed ('" + manifest +
+                                           "'); a committed step is never rewritten");
+    const std::string own = join_path(step_dir(), sidecar_name(opt.rank));
+    SG_ASSIGN_OR_RETURN(bool has_sidecar, fs->exists(own));
+    if (has_sidecar) {
+      auto text = fs->read_file(own);
+      if (text.ok()) {
+        auto old = parse_sidecar(*text, own);
+        if (old.ok() && old->attempt > opt.attempt)
+          return Error(ErrorCode::kFenced, "'" + own + "' belongs to attempt " +
+                                               std::to_string(old->attempt) +
+                                               ", newer than this writer's " +
+                                               std::to_string(opt.attempt));
+      }
+    }
+    return {};
+  }
+
+  Sidecar make_sidecar(const std::string& checksum) const {
+    Sidecar s;
+    s.job_id = opt.job_id;
+    s.step = opt.step;
+    s.attempt = opt.attempt;
+    s.rank = opt.rank;
+    s.world_size = opt.world_size;
+    s.file = FileRecord{shard_name(), layout->file_size, checksum, opt.rank};
+    for (const auto& t : tensors) {
+      auto& rec = s.tensors[t.name];
+      rec.dtype = t.dtype;
+      rec.shape = t.global_shape;
+      rec.chunks.push_back({shard_name(), t.key, t.box});
+    }
+    s.state = rank_state;
+    s.global = global;
+    return s;
+  }
+};
+
+ShardWriter::ShardWriter(Filesystem& fs, WriterOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->fs = &fs;
+  impl_->opt = std::move(options);
+}
+ShardWriter::~ShardWriter() = default;
+ShardWriter::ShardWriter(ShardWriter&&) noexcept = default;
+ShardWriter& ShardWriter::operator=(ShardWriter&&) noexcept = default;
+
+const WriterOptions& ShardWriter::options() const { return impl_->opt; }
+
+Status ShardWriter::add_tensor(std::string name, DType dtype, std::vector<uint64_t> shape,
+                               std::span<const std::byte> data) {
+  Box box = Box::whole(shape);
+  return impl_->add({std::move(name), "", dtype, std::move(shape), std::move(box), data});
+}
+
+Status ShardWriter::add_chunk(std::string name, DType dtype, std::vector<uint64_t> global_shape,
+                              Box box, std::span<const std::byte> data) {
+  return impl_->add(
+      {std::move(name), "", dtype, std::move(global_shape), std::move(box), data});
+}
+
+void ShardWriter::set_rank_state(RankState state) { impl_->rank_state = std::move(state); }
+void ShardWriter::set_global_state(GlobalState state) { impl_->global = std::move(state); }
+
+Result<uint64_t> ShardWriter::planned_file_size() {
+  SG_RETURN_IF_ERROR(impl_->plan());
+  return impl_->layout->file_size;
+}
+
+Result<uint64_t> ShardWriter::snapshot(StagingBuffer& staging) {
+  SG_RETURN_IF_ERROR(impl_->plan());
+  const uint64_t size = impl_->layout->file_size;
+  SG_ASSIGN_OR_RETURN(std::byte * dst, staging.reserve(size));
+  auto segs = impl_->segments();
+  copy_image(segs, dst, impl_->opt.io_threads);
+  impl_->staged = dst;
+  return size;
+}
+
+Result<Sidecar> ShardWriter::finish() {
+  Impl& m = *impl_;
+  const auto& opt = m.opt;
+  if (opt.world_size == 0 || opt.rank >= opt.world_size)
+    return Error(ErrorCode::kInvalid, "rank " + std::to_string(opt.rank) +
+                                          " outside world size " +
+                                          std::to_string(opt.world_size));
+  if (opt.rank == 0 && !m.global)
+    return Error(ErrorCode::kInvalid, "rank 0 must set the global state before finish()");
+  if (opt.rank != 0 && m.global)
+    return Error(ErrorCode::kInvalid, "only rank 0 sets the global state");
+  SG_RETURN_IF_ERROR(check_json_text(m.rank_state.data_position, "data loader position"));
+  SG_RETURN_IF_ERROR(check_json_text(m.rank_state.user, "rank user state"));
+  if (m.global) {
+    SG_RETURN_IF_ERROR(check_json_text(m.global->lr_schedule, "LR schedule"));
+    SG_RETURN_IF_ERROR(check_json_text(m.global->user, "global user state"));
+  }
+  SG_RETURN_IF_ERROR(m.plan());
+
+  const std::string dir = m.step_dir();
+  SG_RETURN_IF_ERROR(m.fs->create_dirs(dir));
+  SG_RETURN_IF_ERROR(m.fs->sync_dir(opt.checkpoint_dir));
+  SG_RETURN_IF_ERROR(m.check_fencing());
+
+  const std::string final_path = join_path(dir, m.shard_name());
+  const std::string tmp_path = join_path(dir, temp_name(m.shard_name(), opt.attempt, ::getpid()));
+  auto segs = m.segments();
+  SG_ASSIGN_OR_RETURN(std::string checksum,
+                      write_file_image(*m.fs, tmp_path, segs, m.layout->file_size,
+                                       {opt.io_threads, opt.block_size, opt.direct_io}));
+  // Last look before publishing: a committer may have sealed the step meanwhile.
+  if (auto st = m.check_fencing(); !st.ok()) {
+    (void)m.fs->remove(tmp_path);
+    return std::move(st).error();
+  }
+  if (auto st = m.fs->rename(tmp_path, final_path); !st.ok()) {
+    (void)m.fs->remove(tmp_path);
+    return std::move(st).error();
+  }
+  // The shard's name is durable before the sidecar that points at it appears.
+  SG_RETURN_IF_ERROR(m.fs->sync_dir(dir));
+
+  Sidecar sidecar = m.make_sidecar(checksum);
+  SG_RETURN_IF_ERROR(
+      atomic_write_file(*m.fs, join_path(dir, sidecar_name(opt.rank)), sidecar_to_json(sidecar)));
+  return sidecar;
+}
+
+struct AsyncShardWriter::Impl {
+  StagingBuffer staging;
+  std::thread thread;
+  std::optional<ShardWriter> writer;
+  std::optional<Result<Sidecar>> result;
+  std::atomic<bool> done{false};
+  bool started = false;
+
+  void join() {
+    if (thread.joinable()) thread.join();
+  }
+};
+
+AsyncShardWriter::AsyncShardWriter() : impl_(std::make_unique<Impl>()) {}
+AsyncShardWriter::~AsyncShardWriter() { impl_->join(); }
+
+Result<double> AsyncShardWriter::start(ShardWriter writer) {
+  impl_->join();
+  const auto t0 = std::chrono::steady_clock::now();
+  impl_->writer.emplace(std::move(writer));
+  auto copied = impl_->writer->snapshot(impl_->staging);
+  if (!copied.ok()) {
+    impl_->writer.reset();
+    return std::move(copied).error();
+  }
+  const double stall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  impl_->result.reset();
+  impl_->done = false;
+  impl_->started = true;
+  impl_->thread = std::thread([this] {
+    impl_->result.emplace(impl_->writer->finish());
+    impl_->done = true;
+  });
+  return stall;
+}
+
+bool AsyncShardWriter::busy() const {
+  return impl_->started && !impl_->done.load();
+}
+
+Result<Sidecar> AsyncShardWriter::wait() {
+  if (!impl_->started) return Error(ErrorCode::kInvalid, "no asynchronous save was started");
+  impl_->join();
+  impl_->started = false;
+  impl_->writer.reset();
+  return std::move(*impl_->result);
+}
+
+}  // namespace shardguard::checkpoint

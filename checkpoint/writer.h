@@ -1,0 +1,118 @@
+// Writes one rank's part of a checkpoint: its shard (a safetensors file) and its sidecar.
+//
+// Usage: add tensors or chunks, set the rank (and, on rank 0, the global) state, then
+// finish(): the shard is written to a temporary name by several threads in large blocks
+// (O_DIRECT where the filesystem allows), its XXH3-128 computed in the same pass, fsynced,
+// renamed into place; then the sidecar is written the same way. The checkpoint is not
+// complete until a committer writes the manifest (checkpoint/commit.h).
+//
+// snapshot() copies every added tensor into a reusable staging buffer, after which the
+// caller may change its tensors while finish() runs on another thread (AsyncShardWriter).
+// Thread-safety: one ShardWriter is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "checkpoint/box.h"
+#include "checkpoint/dtype.h"
+#include "checkpoint/manifest.h"
+#include "core/filesystem.h"
+#include "core/result.h"
+
+namespace shardguard::checkpoint {
+
+struct WriterOptions {
+  std::string checkpoint_dir;  // the parent of the step directories
+  std::string job_id = "job";
+  uint64_t step = 0;
+  uint64_t attempt = 0;
+  uint32_t rank = 0;
+  uint32_t world_size = 1;
+  int io_threads = 4;                 // parallel writers of one shard
+  size_t block_size = 8ull << 20;     // bytes per write
+  bool direct_io = true;              // O_DIRECT when the filesystem supports it
+};
+
+// Page-aligned memory that is kept and re-used across saves, touched once when it grows so
+// that later snapshots copy at memcpy speed instead of faulting pages in.
+class StagingBuffer {
+ public:
+  StagingBuffer() = default;
+  ~StagingBuffer();
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+
+  // Returns at least `size` bytes, reusing the current allocation when large enough.
+  Result<std::byte*> reserve(size_t size);
+  size_t capacity() const { return capacity_; }
+
+ private:
+  std::byte* data_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+class ShardWriter {
+ public:
+  ShardWriter(Filesystem& fs, WriterOptions options);
+  ~ShardWriter();
+  ShardWriter(ShardWriter&&) noexcept;
+  ShardWriter& operator=(ShardWriter&&) noexcept;
+
+  // A tensor this rank holds whole. `data` is packed row-major little-endian and must stay
+  // valid until finish() (or snapshot()) returns.
+  Status add_tensor(std::string name, DType dtype, std::vector<uint64_t> shape,
+                    std::span<const std::byte> data);
+  // The part `box` of a tensor of `global_shape` split across ranks; `data` holds exactly
+  // the box, packed row-major. Sub-byte dtypes (F4, F6_*) can only be stored whole.
+  Status add_chunk(std::string name, DType dtype, std::vector<uint64_t> global_shape, Box box,
+                   std::span<const std::byte> data);
+  // RNG bytes, data loader position and user JSON of this rank. JSON text is checked in
+  // finish().
+  void set_rank_state(RankState state);
+  // The job's state; required on rank 0, refused elsewhere.
+  void set_global_state(GlobalState state);
+
+  // Copies every added tensor into `staging`; afterwards the caller's buffers are no longer
+  // read. Returns the bytes copied.
+  Result<uint64_t> snapshot(StagingBuffer& staging);
+
+  // Writes shard and sidecar durably and returns the sidecar. Fails with kFenced when the
+  // step is already committed or a newer attempt owns this rank's files; on any failure
+  // the temporary files are removed and earlier checkpoints are untouched.
+  Result<Sidecar> finish();
+
+  // Bytes the shard file will have (header included), once tensors are added.
+  Result<uint64_t> planned_file_size();
+  const WriterOptions& options() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs finish() of one writer at a time on a background thread. The training loop stalls
+// only for snapshot(), a memory copy into re-used staging memory.
+class AsyncShardWriter {
+ public:
+  AsyncShardWriter();
+  ~AsyncShardWriter();  // waits for a save in flight
+
+  // Waits for the previous save, snapshots `writer` and starts finish() in the background.
+  // Returns the snapshot's duration in seconds (the training stall).
+  Result<double> start(ShardWriter writer);
+  // True while a save is running.
+  bool busy() const;
+  // Waits for the save in flight and returns its sidecar (kInvalid when none was started).
+  Result<Sidecar> wait();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardguard::checkpoint

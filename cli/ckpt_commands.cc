@@ -1,0 +1,275 @@
+#include "cli/ckpt_commands.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <boost/json.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include "checkpoint/catalog.h"
+#include "checkpoint/hf_export.h"
+#include "checkpoint/paths.h"
+#include "checkpoint/reader.h"
+#include "checkpoint/retention.h"
+#include "cli/exit_codes.h"
+#include "core/clock.h"
+#include "core/units.h"
+
+namespace shardguard::cli {
+namespace {
+
+using namespace shardguard::checkpoint;
+namespace json = boost::json;
+
+int fail(const Error& e, int code = kExitFailure) {
+  std::fprintf(stderr, "shardguard: %s\n", e.message().c_str());
+  return code;
+}
+
+std::string age_of(const CatalogEntry& e) {
+  if (!e.manifest) return "-";
+  const int64_t now = to_unix_ms(RealClock::instance().wall_now());
+  const int64_t ms = std::max<int64_t>(0, now - e.manifest->created_unix_ms);
+  return format_duration(std::chrono::milliseconds(ms));
+}
+
+// The step directory to work on: --step N, or the newest complete one.
+Result<CatalogEntry> pick_step(Filesystem& fs, const std::string& dir,
+                               std::optional<uint64_t> step, Verify verify) {
+  if (!step) return latest_complete(fs, dir, verify);
+  const std::string step_dir = join_path(dir, step_dir_name(*step));
+  SG_ASSIGN_OR_RETURN(bool exists, fs.exists(step_dir));
+  if (!exists)
+    return Error(ErrorCode::kNotFound, "no checkpoint for step " + std::to_string(*step) +
+                                           " in '" + dir + "'");
+  return inspect_checkpoint(fs, step_dir, *step, verify);
+}
+
+// Opens the chosen step for reading; an incomplete or corrupt one is an error saying why.
+Result<CheckpointReader> open_complete(Filesystem& fs, const std::string& dir,
+                                       std::optional<uint64_t> step) {
+  SG_ASSIGN_OR_RETURN(auto entry, pick_step(fs, dir, step, Verify::kSize));
+  if (entry.state != CheckpointState::kComplete)
+    return Error(ErrorCode::kCorrupt, "step " + std::to_string(entry.step) + " is " +
+                                          std::string(checkpoint_state_name(entry.state)) + ": " +
+                                          entry.reason);
+  return CheckpointReader::open(fs, entry.dir);
+}
+
+int run_ls(const std::string& dir, bool as_json, bool full) {
+  auto& fs = PosixFilesystem::instance();
+  auto entries = list_checkpoints(fs, dir, full ? Verify::kChecksum : Verify::kSize);
+  if (!entries.ok()) return fail(entries.error());
+  if (as_json) {
+    json::array out;
+    for (const auto& e : *entries) {
+      json::object o{{"step", e.step},
+                     {"state", checkpoint_state_name(e.state)},
+                     {"dir", e.dir},
+                     {"problem", e.reason}};
+      if (e.manifest) {
+        o["world_size"] = e.manifest->world_size;
+        o["bytes"] = e.manifest->total_bytes();
+        o["created_unix_ms"] = e.manifest->created_unix_ms;
+        o["reason"] = save_reason_name(e.manifest->reason);
+        o["attempt"] = e.manifest->attempt;
+      }
+      out.emplace_back(std::move(o));
+    }
+    std::printf("%s\n", json::serialize(out).c_str());
+    return kExitOk;
+  }
+  std::printf("%-12s %-10s %5s %12s %10s %-9s %s\n", "STEP", "STATE", "WORLD", "BYTES", "AGE",
+              "REASON", "PROBLEM");
+  for (const auto& e : *entries) {
+    std::string world = e.manifest ? std::to_string(e.manifest->world_size) : "-";
+    std::string bytes = e.manifest ? format_size(e.manifest->total_bytes()) : "-";
+    std::string reason = e.manifest ? std::string(save_reason_name(e.manifest->reason)) : "-";
+    std::printf("%-12llu %-10s %5s %12s %10s %-9s %s\n",
+                static_cast<unsigned long long>(e.step),
+                std::string(checkpoint_state_name(e.state)).c_str(), world.c_str(),
+                bytes.c_str(), age_of(e).c_str(), reason.c_str(), e.reason.c_str());
+  }
+  return kExitOk;
+}
+
+// A one-line progress bar on a terminal; nothing when stderr is a file or pipe.
+VerifyProgress progress_bar() {
+  if (!::isatty(STDERR_FILENO)) return {};
+  return [last = -1](uint64_t done, uint64_t total) mutable {
+    int pct = total == 0 ? 100 : static_cast<int>(done * 100 / total);
+    if (pct == last) return;
+    last = pct;
+    std::string bar(pct / 4, '#');
+    bar.resize(25, ' ');
+    std::fprintf(stderr, "\rverifying [%s] %3d%% %s", bar.c_str(), pct, format_size(done).c_str());
+    if (done >= total) std::fputc('\n', stderr);
+  };
+}
+
+int run_verify(const std::string& dir, std::optional<uint64_t> step, bool full) {
+  auto& fs = PosixFilesystem::instance();
+  // Pick by manifest alone, then verify with progress.
+  auto entry = pick_step(fs, dir, step, Verify::kSize);
+  if (!entry.ok()) return fail(entry.error(), kExitCheckpointBad);
+  if (entry->state != CheckpointState::kComplete) {
+    std::fprintf(stderr, "shardguard: step %llu is %s: %s\n",
+                 static_cast<unsigned long long>(entry->step),
+                 std::string(checkpoint_state_name(entry->state)).c_str(), entry->reason.c_str());
+    return kExitCheckpointBad;
+  }
+  if (full) {
+    auto st = verify_checkpoint(fs, entry->dir, *entry->manifest, Verify::kChecksum,
+                                progress_bar());
+    if (!st.ok()) {
+      std::fprintf(stderr, "shardguard: step %llu is corrupt: %s\n",
+                   static_cast<unsigned long long>(entry->step), st.error().message().c_str());
+      return kExitCheckpointBad;
+    }
+  }
+  std::printf("step %llu: complete, %zu files, %s verified (%s)\n",
+              static_cast<unsigned long long>(entry->step), entry->manifest->files.size(),
+              format_size(entry->manifest->total_bytes()).c_str(),
+              full ? "sizes and checksums" : "sizes");
+  return kExitOk;
+}
+
+int run_inspect(const std::string& dir, std::optional<uint64_t> step, bool hash,
+                bool as_json) {
+  auto& fs = PosixFilesystem::instance();
+  auto reader = open_complete(fs, dir, step);
+  if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
+  const Manifest& m = reader->manifest();
+  if (hash) {
+    for (const auto& name : reader->tensor_names()) {
+      auto h = reader->tensor_xxh3_64(name);
+      if (!h.ok()) return fail(h.error(), kExitCheckpointBad);
+      std::printf("%s %016llx\n", name.c_str(), static_cast<unsigned long long>(*h));
+    }
+    return kExitOk;
+  }
+  if (as_json) {
+    std::string text = manifest_to_json(m);
+    std::fputs(text.c_str(), stdout);
+    return kExitOk;
+  }
+  std::printf("step %llu  job %s  attempt %llu  reason %s  world size %u  %s\n",
+              static_cast<unsigned long long>(m.step), m.job_id.c_str(),
+              static_cast<unsigned long long>(m.attempt),
+              std::string(save_reason_name(m.reason)).c_str(), m.world_size,
+              format_size(m.total_bytes()).c_str());
+  std::printf("global: step %llu  lr_schedule %s  user %s\n",
+              static_cast<unsigned long long>(m.global.step), m.global.lr_schedule.c_str(),
+              m.global.user.c_str());
+  std::printf("\nTENSORS\n");
+  for (const auto& [name, t] : m.tensors) {
+    std::string shape = "[";
+    for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
+    shape += "]";
+    std::printf("  %-40s %-8s %-20s %zu chunk(s)\n", name.c_str(),
+                std::string(dtype_name(t.dtype)).c_str(), shape.c_str(), t.chunks.size());
+    for (const auto& c : t.chunks)
+      std::printf("      %s  %s  key %s\n", c.box.to_string().c_str(), c.file.c_str(),
+                  c.key.c_str());
+  }
+  std::printf("\nRANKS\n");
+  for (size_t r = 0; r < m.ranks.size(); ++r)
+    std::printf("  %zu: rng %zu bytes  data_position %s  user %s\n", r, m.ranks[r].rng.size(),
+                m.ranks[r].data_position.c_str(), m.ranks[r].user.c_str());
+  return kExitOk;
+}
+
+int run_gc(const std::string& dir, uint32_t keep_last, uint64_t keep_every, bool dry_run,
+           const std::vector<uint64_t>& protect) {
+  auto& fs = PosixFilesystem::instance();
+  auto entries = list_checkpoints(fs, dir, Verify::kSize);
+  if (!entries.ok()) return fail(entries.error());
+  RetentionPolicy policy{keep_last, keep_every, {protect.begin(), protect.end()}};
+  auto plan = plan_retention(*entries, policy);
+  for (const auto& d : plan)
+    std::printf("%-12llu %s\n", static_cast<unsigned long long>(d.entry.step), d.why.c_str());
+  if (dry_run) return kExitOk;
+  auto removed = apply_retention(fs, plan);
+  if (!removed.ok()) return fail(removed.error());
+  std::printf("removed %zu checkpoint(s)\n", *removed);
+  return kExitOk;
+}
+
+int run_export(const std::string& dir, std::optional<uint64_t> step, const std::string& out,
+               const std::string& prefix, const std::string& max_size) {
+  auto& fs = PosixFilesystem::instance();
+  auto limit = parse_size(max_size);
+  if (!limit.ok()) return fail(limit.error().context("--max-shard-size"), kExitUsage);
+  auto reader = open_complete(fs, dir, step);
+  if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
+  auto written = export_hf(fs, *reader, {out, prefix, *limit});
+  if (!written.ok()) return fail(written.error());
+  for (const auto& p : *written) std::printf("%s\n", p.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_ckpt_commands(CLI::App& app, int* exit_code) {
+  auto* ckpt = app.add_subcommand("ckpt", "List, verify, inspect, clean up and export checkpoints");
+  ckpt->require_subcommand(1);
+
+  struct Args {
+    std::string dir;
+    std::optional<uint64_t> step;
+    bool full = false, as_json = false, hash = false, dry_run = false;
+    uint32_t keep_last = 3;
+    uint64_t keep_every = 0;
+    std::vector<uint64_t> protect;
+    std::string out, prefix = "model", max_size = "5GB";
+  };
+  auto args = std::make_shared<Args>();
+
+  auto* ls = ckpt->add_subcommand("ls", "List checkpoints, newest first, with their state");
+  ls->add_option("DIR", args->dir, "checkpoint directory")->required();
+  ls->add_flag("--json", args->as_json, "JSON output");
+  ls->add_flag("--full", args->full, "verify checksums, not just sizes");
+  ls->callback([=] { *exit_code = run_ls(args->dir, args->as_json, args->full); });
+
+  auto* verify = ckpt->add_subcommand("verify", "Exit 0 only if the checkpoint is complete and verified");
+  verify->add_option("DIR", args->dir, "checkpoint directory")->required();
+  verify->add_option("--step", args->step, "step to verify (default: newest complete)");
+  verify->add_flag("--full", args->full, "verify XXH3-128 checksums of every byte");
+  verify->callback([=] { *exit_code = run_verify(args->dir, args->step, args->full); });
+
+  auto* inspect = ckpt->add_subcommand("inspect", "Show tensors, chunks and state");
+  inspect->add_option("DIR", args->dir, "checkpoint directory")->required();
+  inspect->add_option("--step", args->step, "step (default: newest complete)");
+  inspect->add_flag("--hash", args->hash,
+                    "print 'name xxh3-64' of each tensor's assembled global bytes");
+  inspect->add_flag("--json", args->as_json, "print the manifest");
+  inspect->callback(
+      [=] { *exit_code = run_inspect(args->dir, args->step, args->hash, args->as_json); });
+
+  auto* gc = ckpt->add_subcommand("gc", "Delete old checkpoints by retention policy");
+  gc->add_option("DIR", args->dir, "checkpoint directory")->required();
+  gc->add_option("--keep-last", args->keep_last, "newest complete checkpoints to keep")
+      ->required();
+  gc->add_option("--keep-every", args->keep_every, "also keep steps divisible by N");
+  gc->add_option("--protect", args->protect, "steps never to delete");
+  gc->add_flag("--dry-run", args->dry_run, "only print the decisions");
+  gc->callback([=] {
+    *exit_code = run_gc(args->dir, args->keep_last, args->keep_every, args->dry_run, args->protect);
+  });
+
+  auto* exp = ckpt->add_subcommand("export", "Write a consolidated Hugging Face safetensors layout");
+  exp->add_option("DIR", args->dir, "checkpoint directory")->required();
+  exp->add_option("--step", args->step, "step (default: newest complete)");
+  exp->add_option("--out", args->out, "output directory")->required();
+  exp->add_option("--prefix", args->prefix, "file name prefix")->capture_default_str();
+  exp->add_option("--max-shard-size", args->max_size, "largest file, e.g. 5GB, 2GiB")
+      ->capture_default_str();
+  exp->callback([=] {
+    *exit_code = run_export(args->dir, args->step, args->out, args->prefix, args->max_size);
+  });
+}
+
+}  // namespace shardguard::cli
