@@ -8,7 +8,8 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;      // a command failed (the message says why)
 inline constexpr int kExitUsage = 2;        // bad flags or a config error
 inline constexpr int kExitCheckpointBad = 3;  // `ckpt verify`: incomplete or corrupt
-inline constexpr int kExitGaveUp = 75;      // `run`: restart budget spent, gave up
-inline constexpr int kExitPreempted = 143;  // `run`: stopped by a notice after saving
+inline constexpr int kExitPreempted = 75;   // `run`: stopped by a notice after saving
+                                            // (EX_TEMPFAIL: requeue me)
+inline constexpr int kExitGaveUp = 76;      // `run`: restart budget spent, gave up
 
 }  // namespace shardguard

@@ -1,0 +1,164 @@
+// sg_trainer: the example C++ trainer. Each rank owns a block of rows of a multi-output
+// linear model trained with Adam (warm-up + cosine LR) on a shuffled synthetic data set,
+// checkpoints through the shardguard client (periodic, emergency, final) and resumes from
+// any world size. Run it alone, or as N ranks under `shardguard run --nproc N -- sg_trainer`.
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "examples/trainer/model.h"
+#include "hooks/client.h"
+
+using namespace shardguard;
+using namespace shardguard::example;
+
+namespace {
+
+struct Flags {
+  TrainConfig cfg;
+  std::string checkpoint_dir = "checkpoints";
+  uint64_t checkpoint_every = 100;
+  uint64_t log_every = 100;
+  uint64_t sleep_ms = 0;
+  bool async = false;
+};
+
+checkpoint::Box rows_box(const Shard& s) { return checkpoint::Box{{s.row0, 0}, {s.rows, s.in_dim}}; }
+
+Status save(hooks::Client& client, const Flags& f, const Shard& shard, const DataLoader& loader,
+            uint64_t step, bool final_save) {
+  auto w = client.begin_save(step);
+  const std::vector<uint64_t> shape = {f.cfg.rows, f.cfg.in_dim};
+  for (auto [name, data] : {std::pair{"weight", &shard.w}, std::pair{"adam.exp_avg", &shard.m},
+                            std::pair{"adam.exp_avg_sq", &shard.v}})
+    SG_RETURN_IF_ERROR(w.add_chunk(name, checkpoint::DType::kF32, shape, rows_box(shard),
+                                   std::as_bytes(std::span(*data))));
+  w.set_rank_state({loader.rng_state(), loader.position_json(), "null"});
+  if (client.options().rank == 0) {
+    char lr[160];
+    std::snprintf(lr, sizeof lr, R"({"base_lr":%.9g,"warmup":%llu,"total":%llu,"current":%.9g})",
+                  double(f.cfg.lr), static_cast<unsigned long long>(f.cfg.warmup),
+                  static_cast<unsigned long long>(f.cfg.steps),
+                  double(learning_rate(f.cfg, step)));
+    char user[128];
+    std::snprintf(user, sizeof user, R"({"rows":%llu,"in_dim":%llu,"seed":%llu})",
+                  static_cast<unsigned long long>(f.cfg.rows),
+                  static_cast<unsigned long long>(f.cfg.in_dim),
+                  static_cast<unsigned long long>(f.cfg.seed));
+    w.set_global_state({step, lr, user});
+  }
+  return client.save(std::move(w), final_save ? std::optional(checkpoint::SaveReason::kFinal)
+                                              : std::nullopt);
+}
+
+// Loads this rank's rows (from any world size) and the data loader position.
+Result<uint64_t> resume(hooks::Client& client, const Flags& f, Shard& shard, DataLoader& loader) {
+  auto reader = client.open_resume();
+  if (!reader.ok()) {
+    if (reader.error().code() == ErrorCode::kNotFound) return uint64_t{0};
+    return std::move(reader).error();
+  }
+  for (auto [name, data] : {std::pair{"weight", &shard.w}, std::pair{"adam.exp_avg", &shard.m},
+                            std::pair{"adam.exp_avg_sq", &shard.v}}) {
+    const auto* t = reader->tensor(name);
+    if (t == nullptr || t->shape != std::vector<uint64_t>{f.cfg.rows, f.cfg.in_dim})
+      return Error(ErrorCode::kInvalid, std::string("checkpoint tensor '") + name +
+                                            "' is missing or has another shape than --rows x "
+                                            "--in-dim");
+    SG_RETURN_IF_ERROR(reader->read(name, rows_box(shard), std::as_writable_bytes(std::span(*data))));
+  }
+  // Every rank's loader state is the same (one global shuffle); take ours or rank 0's.
+  const uint32_t rank = client.options().rank;
+  const auto& st = reader->rank_state(rank < reader->manifest().world_size ? rank : 0);
+  if (!loader.restore(st.rng, st.data_position))
+    return Error(ErrorCode::kCorrupt, "checkpoint data loader state does not parse");
+  return reader->global().step;
+}
+
+int run(const Flags& f) {
+  hooks::ClientOptions defaults;
+  defaults.checkpoint_dir = f.checkpoint_dir;
+  defaults.every_steps = f.checkpoint_every;
+  defaults.async = f.async;
+  auto client = hooks::Client::from_env(defaults);
+  if (!client.ok()) {
+    spdlog::error("trainer: {}", client.error().message());
+    return 2;
+  }
+  const auto& o = (*client)->options();
+  const uint64_t row0 = o.rank * f.cfg.rows / o.world_size;
+  const uint64_t row1 = (o.rank + 1) * f.cfg.rows / o.world_size;
+  Shard shard = init_shard(f.cfg, row0, row1 - row0);
+  DataSet data(f.cfg);
+  DataLoader loader(f.cfg);
+  auto start = resume(**client, f, shard, loader);
+  if (!start.ok()) {
+    spdlog::error("trainer rank {}: resume: {}", o.rank, start.error().message());
+    return 1;
+  }
+  spdlog::info("trainer rank {}/{}: rows [{}, {}), {} at step {}", o.rank, o.world_size, row0, row1,
+               *start == 0 ? "fresh start" : "resumed", *start);
+
+  for (uint64_t step = *start + 1; step <= f.cfg.steps; ++step) {
+    const auto batch = loader.next_batch();
+    const double loss = train_step(f.cfg, data, batch, step, shard);
+    (*client)->heartbeat(step);
+    if (f.log_every && step % f.log_every == 0)
+      spdlog::info("trainer rank {}: step {} loss {:.6f} lr {:.6f}", o.rank, step,
+                   loss / double(batch.size() * std::max<uint64_t>(shard.rows, 1)),
+                   learning_rate(f.cfg, step));
+    const bool last = step == f.cfg.steps;
+    if (last || (*client)->should_checkpoint(step)) {
+      if (auto st = save(**client, f, shard, loader, step, last); !st.ok()) {
+        spdlog::error("trainer rank {}: checkpoint of step {}: {}", o.rank, step, st.error().message());
+        if (last || (*client)->emergency()) return 1;
+      }
+    }
+    if ((*client)->should_exit()) {
+      spdlog::warn("trainer rank {}: stopping after the emergency checkpoint of step {}", o.rank,
+                   (*client)->last_committed_step());
+      return hooks::kJobExitAfterEmergency;
+    }
+    if (f.sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(f.sleep_ms));
+  }
+  if (auto st = (*client)->wait(); !st.ok()) {
+    spdlog::error("trainer rank {}: {}", o.rank, st.error().message());
+    return 1;
+  }
+  spdlog::info("trainer rank {}: done at step {}", o.rank, f.cfg.steps);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags f;
+  CLI::App app{"sg_trainer: example trainer for shardguard (row-parallel linear model, Adam)"};
+  app.add_option("--steps", f.cfg.steps, "training steps")->capture_default_str();
+  app.add_option("--rows", f.cfg.rows, "model outputs (rows split across ranks)")->capture_default_str();
+  app.add_option("--in-dim", f.cfg.in_dim, "model inputs")->capture_default_str();
+  app.add_option("--samples", f.cfg.samples, "data set size")->capture_default_str();
+  app.add_option("--batch", f.cfg.batch, "batch size")->capture_default_str();
+  app.add_option("--seed", f.cfg.seed, "seed of data, shuffle and init")->capture_default_str();
+  app.add_option("--lr", f.cfg.lr, "peak learning rate")->capture_default_str();
+  app.add_option("--warmup", f.cfg.warmup, "warm-up steps")->capture_default_str();
+  app.add_option("--checkpoint-every", f.checkpoint_every,
+                 "checkpoint every N steps when no agent sets the schedule (0: off)")
+      ->capture_default_str();
+  app.add_option("--checkpoint-dir", f.checkpoint_dir,
+                 "where checkpoints go when SHARDGUARD_CHECKPOINT_DIR is unset")
+      ->capture_default_str();
+  app.add_option("--log-every", f.log_every, "log the loss every N steps")->capture_default_str();
+  app.add_option("--sleep-ms", f.sleep_ms, "pretend each step takes this long")->capture_default_str();
+  app.add_flag("--async", f.async, "asynchronous checkpoints (stall only for the snapshot)");
+  CLI11_PARSE(app, argc, argv);
+  spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
+  if (f.cfg.rows == 0 || f.cfg.in_dim == 0 || f.cfg.batch == 0 || f.cfg.samples < f.cfg.batch) {
+    spdlog::error("trainer: --rows, --in-dim and --batch must be positive, --samples >= --batch");
+    return 2;
+  }
+  return run(f);
+}

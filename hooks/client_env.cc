@@ -1,0 +1,75 @@
+// Client options from the SHARDGUARD_* environment (DESIGN.md section 4).
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "hooks/client.h"
+#include "hooks/client_internal.h"
+
+namespace shardguard::hooks {
+namespace {
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+Result<uint64_t> env_u64(const char* name, uint64_t fallback) {
+  const char* v = env(name);
+  if (v == nullptr) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  unsigned long long x = std::strtoull(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || v[0] == '-')
+    return Error(ErrorCode::kInvalid, std::string(name) + "='" + v + "' is not a number");
+  return static_cast<uint64_t>(x);
+}
+
+}  // namespace
+
+Result<int> parse_signal_name(std::string_view name) {
+  static const std::pair<const char*, int> kSignals[] = {
+      {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},
+      {"SIGHUP", SIGHUP},   {"SIGCONT", SIGCONT}, {"SIGURG", SIGURG},   {"SIGWINCH", SIGWINCH}};
+  if (name == "none" || name == "0") return 0;
+  for (const auto& [n, s] : kSignals)
+    if (name == n || name == n + 3) return s;
+  return Error(ErrorCode::kInvalid, "unknown signal '" + std::string(name) +
+                                        "' (use SIGUSR1, SIGUSR2, SIGTERM, SIGINT, SIGHUP, "
+                                        "SIGCONT, SIGURG, SIGWINCH or none)");
+}
+
+Result<ClientOptions> options_from_env(ClientOptions o) {
+  if (const char* v = env("SHARDGUARD_JOB_ID")) {
+    o.job_id = v;
+    o.under_shardguard = true;
+  }
+  SG_ASSIGN_OR_RETURN(o.attempt, env_u64("SHARDGUARD_ATTEMPT", o.attempt));
+  // torch's names first, ours win where both are set.
+  SG_ASSIGN_OR_RETURN(uint64_t rank, env_u64("RANK", o.rank));
+  SG_ASSIGN_OR_RETURN(rank, env_u64("SHARDGUARD_RANK", rank));
+  SG_ASSIGN_OR_RETURN(uint64_t world, env_u64("WORLD_SIZE", o.world_size));
+  SG_ASSIGN_OR_RETURN(world, env_u64("SHARDGUARD_WORLD_SIZE", world));
+  SG_ASSIGN_OR_RETURN(uint64_t local, env_u64("LOCAL_RANK", o.local_rank));
+  SG_ASSIGN_OR_RETURN(local, env_u64("SHARDGUARD_LOCAL_RANK", local));
+  if (world == 0 || world > UINT32_MAX || rank >= world)
+    return Error(ErrorCode::kInvalid, "rank " + std::to_string(rank) + " is outside world size " +
+                                          std::to_string(world));
+  o.rank = static_cast<uint32_t>(rank);
+  o.world_size = static_cast<uint32_t>(world);
+  o.local_rank = static_cast<uint32_t>(local);
+  if (const char* v = env("SHARDGUARD_CHECKPOINT_DIR")) o.checkpoint_dir = v;
+  if (const char* v = env("SHARDGUARD_RESUME_MANIFEST")) o.resume_manifest = v;
+  if (const char* v = env("SHARDGUARD_CONTROL_SOCKET")) o.control_socket = v;
+  if (const char* v = env("SHARDGUARD_CHECKPOINT_SIGNAL")) {
+    SG_ASSIGN_OR_RETURN(o.checkpoint_signal, parse_signal_name(v));
+  }
+  SG_ASSIGN_OR_RETURN(o.every_steps, env_u64("SHARDGUARD_CHECKPOINT_EVERY_STEPS", o.every_steps));
+  if (o.checkpoint_dir.empty())
+    return Error(ErrorCode::kInvalid,
+                 "no checkpoint directory: set SHARDGUARD_CHECKPOINT_DIR or pass one in code");
+  return o;
+}
+
+}  // namespace shardguard::hooks
