@@ -8,6 +8,7 @@
 
 #include "cli/ckpt_commands.h"
 #include "cli/exit_codes.h"
+#include "cli/run_command.h"
 #include "core/logging.h"
 
 int main(int argc, char** argv) {
@@ -25,6 +26,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   int exit_code = kExitOk;
   cli::add_ckpt_commands(app, &exit_code);
+  cli::add_run_command(app, &exit_code);
+  cli::add_status_command(app, &exit_code);
 
   // Logging is set up before any subcommand callback runs.
   app.parse_complete_callback([&] {

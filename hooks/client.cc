@@ -213,7 +213,7 @@ void Client::heartbeat(uint64_t step) {
   {
     std::lock_guard lock(impl_->mu);
     impl_->last_step = step;
-    if (now - impl_->last_heartbeat < 100ms && impl_->last_heartbeat != SteadyTime{}) return;
+    if (now - impl_->last_heartbeat < 20ms && impl_->last_heartbeat != SteadyTime{}) return;
     impl_->last_heartbeat = now;
   }
   impl_->send(Heartbeat{step});
@@ -282,7 +282,9 @@ Status Client::save(checkpoint::ShardWriter writer, std::optional<checkpoint::Sa
   if (!m.opt.async || emergency) {
     const WallTime deadline = emergency ? emergency->deadline
                                         : RealClock::instance().wall_now() + m.opt.commit_timeout;
-    return m.persist(std::move(writer), emergency.has_value(), deadline, reason);
+    Status st = m.persist(std::move(writer), emergency.has_value(), deadline, reason);
+    m.send(Heartbeat{step});  // the save is over: this rank is not stuck in it
+    return st;
   }
   auto copied = writer.snapshot(m.staging);
   if (!copied.ok()) {
@@ -290,6 +292,7 @@ Status Client::save(checkpoint::ShardWriter writer, std::optional<checkpoint::Sa
     return std::move(copied).error();
   }
   m.save_result.reset();
+  m.send(Heartbeat{step});  // the training thread goes on
   m.saver = std::thread([&m, reason, w = std::move(writer)]() mutable {
     m.save_result = m.persist(std::move(w), false, WallTime{}, reason);
   });

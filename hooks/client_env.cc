@@ -1,4 +1,5 @@
 // Client options from the SHARDGUARD_* environment (DESIGN.md section 4).
+#include <algorithm>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -33,6 +34,10 @@ Result<int> parse_signal_name(std::string_view name) {
       {"SIGUSR1", SIGUSR1}, {"SIGUSR2", SIGUSR2}, {"SIGTERM", SIGTERM}, {"SIGINT", SIGINT},
       {"SIGHUP", SIGHUP},   {"SIGCONT", SIGCONT}, {"SIGURG", SIGURG},   {"SIGWINCH", SIGWINCH}};
   if (name == "none" || name == "0") return 0;
+  if (!name.empty() && std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    int n = std::atoi(std::string(name).c_str());
+    if (n > 0 && n < NSIG) return n;
+  }
   for (const auto& [n, s] : kSignals)
     if (name == n || name == n + 3) return s;
   return Error(ErrorCode::kInvalid, "unknown signal '" + std::string(name) +

@@ -56,6 +56,8 @@ struct ControlServer::Impl {
     if (auto* hb = std::get_if<Heartbeat>(&*msg)) {
       r.step = std::max(r.step, hb->step);
       r.last_heartbeat = clock.now();
+      // The client heartbeats right after a save: the save no longer blocks this rank.
+      if (r.saving && hb->step >= *r.saving) r.saving.reset();
       if (opt.events.on_heartbeat) opt.events.on_heartbeat(r);
     } else if (auto* b = std::get_if<CheckpointBegin>(&*msg)) {
       r.saving = b->step;

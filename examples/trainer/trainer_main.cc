@@ -5,6 +5,8 @@
 #include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <thread>
@@ -24,7 +26,20 @@ struct Flags {
   uint64_t log_every = 100;
   uint64_t sleep_ms = 0;
   bool async = false;
+  // Fault injection for tests and demos, applied on attempt `fault_attempt` only (-1: all).
+  uint64_t fail_at_step = 0;   // exit with `fail_code` when reaching this step
+  uint64_t fail_after = 0;     // ... or this many steps after the resume point
+  int fail_code = 1;
+  uint64_t hang_at_step = 0;   // stop heartbeating and sleep forever at this step
+  int64_t fault_attempt = 0;
+  uint32_t fault_rank = 0;
+  std::string spawn_child_pid_file;  // start a `sleep` grandchild, write its pid here
 };
+
+bool fault_applies(const Flags& f, const hooks::ClientOptions& o) {
+  return o.rank == f.fault_rank &&
+         (f.fault_attempt < 0 || uint64_t(f.fault_attempt) == o.attempt);
+}
 
 checkpoint::Box rows_box(const Shard& s) { return checkpoint::Box{{s.row0, 0}, {s.rows, s.in_dim}}; }
 
@@ -102,7 +117,28 @@ int run(const Flags& f) {
   spdlog::info("trainer rank {}/{}: rows [{}, {}), {} at step {}", o.rank, o.world_size, row0, row1,
                *start == 0 ? "fresh start" : "resumed", *start);
 
+  if (!f.spawn_child_pid_file.empty() && fault_applies(f, o)) {
+    pid_t child = ::fork();
+    if (child == 0) {
+      ::execlp("sleep", "sleep", "1000", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    std::FILE* pf = std::fopen(f.spawn_child_pid_file.c_str(), "w");
+    if (pf != nullptr) {
+      std::fprintf(pf, "%d\n", child);
+      std::fclose(pf);
+    }
+  }
   for (uint64_t step = *start + 1; step <= f.cfg.steps; ++step) {
+    if (fault_applies(f, o) &&
+        (step == f.fail_at_step || (f.fail_after && step == *start + f.fail_after))) {
+      spdlog::error("trainer rank {}: injected failure at step {} (exit {})", o.rank, step, f.fail_code);
+      return f.fail_code;
+    }
+    if (fault_applies(f, o) && step == f.hang_at_step) {
+      spdlog::error("trainer rank {}: injected hang at step {}", o.rank, step);
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
     const auto batch = loader.next_batch();
     const double loss = train_step(f.cfg, data, batch, step, shard);
     (*client)->heartbeat(step);
@@ -154,6 +190,15 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", f.log_every, "log the loss every N steps")->capture_default_str();
   app.add_option("--sleep-ms", f.sleep_ms, "pretend each step takes this long")->capture_default_str();
   app.add_flag("--async", f.async, "asynchronous checkpoints (stall only for the snapshot)");
+  auto* faults = app.add_option_group("fault injection", "for tests and demos");
+  faults->add_option("--fail-at-step", f.fail_at_step, "exit with --fail-code at this step");
+  faults->add_option("--fail-after", f.fail_after, "exit with --fail-code N steps after resuming");
+  faults->add_option("--fail-code", f.fail_code, "exit code of --fail-at-step");
+  faults->add_option("--hang-at-step", f.hang_at_step, "stop heartbeating at this step");
+  faults->add_option("--fault-attempt", f.fault_attempt, "attempt the faults apply to (-1: all)");
+  faults->add_option("--fault-rank", f.fault_rank, "rank the faults apply to");
+  faults->add_option("--spawn-child", f.spawn_child_pid_file,
+                     "start a `sleep` grandchild and write its pid to this file");
   CLI11_PARSE(app, argc, argv);
   spdlog::set_pattern("%H:%M:%S.%e %^%l%$ %v");
   if (f.cfg.rows == 0 || f.cfg.in_dim == 0 || f.cfg.batch == 0 || f.cfg.samples < f.cfg.batch) {

@@ -18,7 +18,7 @@ Box B(std::vector<uint64_t> offsets, std::vector<uint64_t> sizes) {
   return Box{std::move(offsets), std::move(sizes)};
 }
 
-// 0, 1, 2, ... as bytes, one per element of `box` times `elem`.
+// n bytes that differ from their neighbours, so a misplaced copy shows.
 Bytes iota_bytes(uint64_t n) {
   Bytes out(n);
   for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<std::byte>(i * 7 + 1);

@@ -1,0 +1,118 @@
+#include "cli/run_command.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <CLI/CLI.hpp>
+
+#include <filesystem>
+#include <random>
+
+#include "cli/exit_codes.h"
+#include "io/event_loop.h"
+#include "io/process.h"
+#include "io/signals.h"
+#include "supervisor/job_config_toml.h"
+#include "supervisor/rank_env.h"
+#include "supervisor/supervisor.h"
+
+namespace shardguard::cli {
+namespace {
+
+struct RunArgs {
+  std::string config_path;
+  std::optional<uint32_t> nproc;
+  std::optional<std::string> checkpoint_dir, run_dir, job_id;
+  std::optional<uint32_t> max_restarts;
+  std::optional<uint16_t> metrics_port;
+  std::optional<uint64_t> every_steps;
+  bool check_config = false;
+  std::vector<std::string> command;
+};
+
+Result<supervisor::JobConfig> build_config(const RunArgs& a) {
+  supervisor::JobConfig cfg;
+  if (!a.config_path.empty()) {
+    SG_ASSIGN_OR_RETURN(cfg, supervisor::load_job_config(a.config_path));
+  }
+  if (a.nproc) cfg.nproc = *a.nproc;
+  if (a.checkpoint_dir) cfg.checkpoint_dir = *a.checkpoint_dir;
+  if (a.run_dir) cfg.run_dir = *a.run_dir;
+  if (a.job_id) cfg.job_id = *a.job_id;
+  if (a.every_steps) {
+    cfg.interval_mode = supervisor::IntervalMode::kSteps;
+    cfg.every_steps = *a.every_steps;
+  }
+  if (a.max_restarts) cfg.crash.max_restarts = cfg.hang.max_restarts = *a.max_restarts;
+  if (a.metrics_port) cfg.metrics_port = *a.metrics_port;
+  if (!a.command.empty()) cfg.command = a.command;
+  if (cfg.command.empty())
+    return Error(ErrorCode::kInvalid, "no command: give one after `--` or as job.command");
+  if (cfg.nproc == 0) return Error(ErrorCode::kInvalid, "--nproc must be at least 1");
+  if (cfg.job_id.empty())
+    cfg.job_id = std::filesystem::path(supervisor::absolute_path(cfg.run_dir)).filename().string();
+  return cfg;
+}
+
+int run(const RunArgs& a) {
+  auto cfg = build_config(a);
+  if (!cfg.ok()) {
+    std::fprintf(stderr, "shardguard run: %s\n", cfg.error().message().c_str());
+    return kExitUsage;
+  }
+  if (a.check_config) {
+    std::printf("config OK: job '%s', %u rank(s) of '%s', checkpoints in '%s', run dir '%s'\n",
+                cfg->job_id.c_str(), cfg->nproc, cfg->command[0].c_str(),
+                cfg->checkpoint_dir.c_str(), cfg->run_dir.c_str());
+    return kExitOk;
+  }
+  if (auto st = io::become_child_subreaper(); !st.ok())
+    spdlog::warn("cannot become a subreaper ({}); orphaned grandchildren may escape teardown",
+                 st.error().message());
+  io::EventLoop loop;
+  io::AsioTimerFactory timers(loop);
+  io::PosixProcessLauncher launcher(loop);
+  std::mt19937_64 rng{std::random_device{}()};
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  supervisor::SupervisorDeps deps{loop, RealClock::instance(), timers, launcher,
+                                  PosixFilesystem::instance(), [&] { return uniform(rng); }};
+  supervisor::Supervisor sup(deps, *cfg);
+
+  // SIGTERM (Kubernetes, Slurm GraceTime) and SIGINT (a person): checkpoint, then stop.
+  io::SignalWatcher signals(loop);
+  auto on_signal = [&](int sig) {
+    sup.request_stop({sig == SIGINT ? "sigint" : "sigterm",
+                      RealClock::instance().wall_now() + cfg->grace, true});
+  };
+  (void)signals.watch(SIGTERM, on_signal);
+  (void)signals.watch(SIGINT, on_signal);
+
+  if (auto st = sup.start(); !st.ok()) {
+    std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
+    return kExitFailure;
+  }
+  while (!sup.finished()) loop.run_until([&] { return sup.finished(); }, std::chrono::hours(24));
+  signals.cancel();
+  return sup.exit_code();
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<RunArgs>();
+  auto* run_cmd = app.add_subcommand("run", "Run a training command under supervision: restarts, "
+                                            "emergency checkpoints, resume");
+  run_cmd->add_option("--config", a->config_path, "job config (TOML)");
+  run_cmd->add_option("--nproc", a->nproc, "ranks to start on this node");
+  run_cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "where checkpoints go");
+  run_cmd->add_option("--run-dir", a->run_dir, "logs, events and the control socket");
+  run_cmd->add_option("--job-id", a->job_id, "stable job name (default: the run dir's name)");
+  run_cmd->add_option("--max-restarts", a->max_restarts, "crash and hang restarts per window");
+  run_cmd->add_option("--checkpoint-every", a->every_steps, "checkpoint every N steps");
+  run_cmd->add_option("--metrics-port", a->metrics_port, "serve Prometheus metrics on this port");
+  run_cmd->add_flag("--check-config", a->check_config, "validate the configuration and exit");
+  run_cmd->add_option("command", a->command, "the training command, after --");
+  run_cmd->callback([a, exit_code] { *exit_code = run(*a); });
+}
+
+}  // namespace shardguard::cli

@@ -1,0 +1,70 @@
+// Internal to the C ABI (hooks/c_api*.cc): the structs behind the opaque handles of
+// shardguard.h and the boundary helper that turns errors and exceptions into an sg_status
+// plus the thread-local message. Thread-safety: as documented in shardguard.h.
+#pragma once
+
+#include <signal.h>
+
+#include <exception>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/reader.h"
+#include "checkpoint/writer.h"
+#include "core/result.h"
+#include "hooks/client.h"
+#include "hooks/include/shardguard.h"
+
+struct sg_client {
+  std::unique_ptr<shardguard::hooks::Client> client;
+  // The client's own handler for its checkpoint signal, captured right after it installed
+  // it, so that a host that catches the signal itself can forward it (notify_signal).
+  std::optional<struct sigaction> signal_action;
+};
+
+struct sg_reader {
+  explicit sg_reader(shardguard::checkpoint::CheckpointReader r);
+  shardguard::checkpoint::CheckpointReader reader;
+  std::vector<std::string> names;             // sorted
+  std::map<std::string, std::string> dtypes;  // name -> NUL-terminated dtype name
+};
+
+struct sg_writer {
+  shardguard::checkpoint::ShardWriter writer;
+};
+
+namespace shardguard::hooks::capi {
+
+// Records `error` as this thread's last error and returns its status code.
+sg_status fail(const Error& error);
+sg_status fail(ErrorCode code, std::string message);
+sg_status from_status(const Status& status);
+
+// Runs `fn` (returning sg_status) and maps any escaping exception to SG_ERR_INTERNAL.
+template <typename Fn>
+sg_status boundary(const char* what, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (const std::bad_alloc&) {
+    return fail(ErrorCode::kInternal, std::string(what) + ": out of memory");
+  } catch (const std::exception& e) {
+    return fail(ErrorCode::kInternal, std::string(what) + ": " + e.what());
+  } catch (...) {
+    return fail(ErrorCode::kInternal, std::string(what) + ": unknown exception");
+  }
+}
+
+// The same for calls that return a value: `fallback` when `fn` throws.
+template <typename T, typename Fn>
+T boundary_value(T fallback, Fn&& fn) noexcept {
+  try {
+    return fn();
+  } catch (...) {
+    return fallback;
+  }
+}
+
+}  // namespace shardguard::hooks::capi

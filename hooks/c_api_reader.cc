@@ -1,0 +1,146 @@
+// C ABI: resuming (shardguard.h, "resume"): open a checkpoint, list its tensors, read any
+// box of any tensor, and the saved rank and global state.
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "hooks/c_api_internal.h"
+
+using namespace shardguard;
+using shardguard::checkpoint::Box;
+using shardguard::checkpoint::CheckpointReader;
+using shardguard::hooks::capi::boundary;
+using shardguard::hooks::capi::boundary_value;
+using shardguard::hooks::capi::fail;
+using shardguard::hooks::capi::from_status;
+
+sg_reader::sg_reader(CheckpointReader r) : reader(std::move(r)) {
+  names = reader.tensor_names();
+  for (const auto& name : names)
+    dtypes.emplace(name, std::string(checkpoint::dtype_name(reader.tensor(name)->dtype)));
+}
+
+namespace {
+
+sg_status wrap(Result<CheckpointReader> r, sg_reader** out) {
+  if (!r.ok()) return fail(r.error());
+  *out = new sg_reader(std::move(*r));
+  return SG_OK;
+}
+
+const checkpoint::RankState* rank_state(const sg_reader* r, uint32_t rank) {
+  return r != nullptr ? &r->reader.rank_state(rank) : nullptr;
+}
+
+}  // namespace
+
+extern "C" {
+
+sg_status sg_client_open_resume(const sg_client* client, sg_reader** out) {
+  return boundary("sg_client_open_resume", [&]() -> sg_status {
+    if (client == nullptr || !client->client || out == nullptr)
+      return fail(ErrorCode::kInvalid, "sg_client_open_resume: NULL argument");
+    *out = nullptr;
+    return wrap(client->client->open_resume(), out);
+  });
+}
+
+sg_status sg_reader_open(const char* path, sg_reader** out) {
+  return boundary("sg_reader_open", [&]() -> sg_status {
+    if (path == nullptr || out == nullptr)
+      return fail(ErrorCode::kInvalid, "sg_reader_open: NULL argument");
+    *out = nullptr;
+    return wrap(CheckpointReader::open(PosixFilesystem::instance(), path), out);
+  });
+}
+
+void sg_reader_free(sg_reader* reader) { delete reader; }
+
+uint64_t sg_reader_step(const sg_reader* r) { return r ? r->reader.manifest().step : 0; }
+uint32_t sg_reader_world_size(const sg_reader* r) {
+  return r ? r->reader.manifest().world_size : 0;
+}
+const char* sg_reader_job_id(const sg_reader* r) {
+  return r ? r->reader.manifest().job_id.c_str() : "";
+}
+size_t sg_reader_tensor_count(const sg_reader* r) { return r ? r->names.size() : 0; }
+const char* sg_reader_tensor_name(const sg_reader* r, size_t index) {
+  return (r != nullptr && index < r->names.size()) ? r->names[index].c_str() : nullptr;
+}
+
+sg_status sg_reader_tensor_info(const sg_reader* r, const char* name, const char** dtype,
+                                size_t* ndim, const uint64_t** shape) {
+  return boundary("sg_reader_tensor_info", [&]() -> sg_status {
+    if (r == nullptr || name == nullptr)
+      return fail(ErrorCode::kInvalid, "sg_reader_tensor_info: NULL argument");
+    const auto* t = r->reader.tensor(name);
+    if (t == nullptr)
+      return fail(ErrorCode::kNotFound, std::string("no tensor '") + name + "' in the checkpoint");
+    if (dtype != nullptr) *dtype = r->dtypes.at(name).c_str();
+    if (ndim != nullptr) *ndim = t->shape.size();
+    if (shape != nullptr) *shape = t->shape.data();
+    return SG_OK;
+  });
+}
+
+sg_status sg_reader_read(const sg_reader* r, const char* name, size_t ndim, const uint64_t* offsets,
+                         const uint64_t* sizes, void* out, size_t out_size) {
+  return boundary("sg_reader_read", [&]() -> sg_status {
+    if (r == nullptr || name == nullptr || (out == nullptr && out_size != 0))
+      return fail(ErrorCode::kInvalid, "sg_reader_read: NULL argument");
+    const auto* t = r->reader.tensor(name);
+    if (t == nullptr)
+      return fail(ErrorCode::kNotFound, std::string("no tensor '") + name + "' in the checkpoint");
+    Box box;
+    if (offsets == nullptr && sizes == nullptr) {
+      box = Box::whole(t->shape);
+    } else if (offsets == nullptr || sizes == nullptr) {
+      return fail(ErrorCode::kInvalid, "sg_reader_read: give both offsets and sizes, or neither");
+    } else {
+      box.offsets.assign(offsets, offsets + ndim);
+      box.sizes.assign(sizes, sizes + ndim);
+    }
+    auto* bytes = static_cast<std::byte*>(out);
+    return from_status(r->reader.read(name, box, std::span<std::byte>(bytes, out_size)));
+  });
+}
+
+sg_status sg_reader_rank_rng(const sg_reader* r, uint32_t rank, const void** data, size_t* size) {
+  return boundary("sg_reader_rank_rng", [&]() -> sg_status {
+    if (r == nullptr || data == nullptr || size == nullptr)
+      return fail(ErrorCode::kInvalid, "sg_reader_rank_rng: NULL argument");
+    const std::string& rng = rank_state(r, rank)->rng;
+    *data = rng.data();
+    *size = rng.size();
+    return SG_OK;
+  });
+}
+
+// Empty JSON text (never set) reads as "null", as the header promises.
+const char* sg_reader_rank_data_position(const sg_reader* r, uint32_t rank) {
+  return boundary_value<const char*>("null", [&] {
+    const auto* s = rank_state(r, rank);
+    return (s == nullptr || s->data_position.empty()) ? "null" : s->data_position.c_str();
+  });
+}
+
+const char* sg_reader_rank_user(const sg_reader* r, uint32_t rank) {
+  return boundary_value<const char*>("null", [&] {
+    const auto* s = rank_state(r, rank);
+    return (s == nullptr || s->user.empty()) ? "null" : s->user.c_str();
+  });
+}
+
+uint64_t sg_reader_global_step(const sg_reader* r) { return r ? r->reader.global().step : 0; }
+
+const char* sg_reader_global_lr_schedule(const sg_reader* r) {
+  if (r == nullptr || r->reader.global().lr_schedule.empty()) return "null";
+  return r->reader.global().lr_schedule.c_str();
+}
+
+const char* sg_reader_global_user(const sg_reader* r) {
+  if (r == nullptr || r->reader.global().user.empty()) return "null";
+  return r->reader.global().user.c_str();
+}
+
+}  // extern "C"

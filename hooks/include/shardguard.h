@@ -1,0 +1,180 @@
+/* shardguard.h: the C ABI of libshardguard, for trainers in any language (the Python
+ * package uses it through ctypes). It wraps the C++ job client (hooks/client.h): read the
+ * SHARDGUARD_* environment, resume from a checkpoint, heartbeat, learn when to checkpoint
+ * (schedule, agent request, checkpoint signal), write this rank's shard, commit.
+ *
+ *   sg_client* c; sg_client_from_env("ckpt", 100, 0, &c);
+ *   sg_reader* r; if (sg_client_open_resume(c, &r) == SG_OK) { ...sg_reader_read...; }
+ *   for (step...) { sg_client_heartbeat(c, step);
+ *     if (sg_client_should_checkpoint(c, step)) { sg_writer* w; sg_client_begin_save(c, step,
+ *       &w); sg_writer_add_tensor(w, ...); ...; sg_client_save(c, w, NULL); }
+ *     if (sg_client_should_exit(c)) break; }
+ *   sg_client_wait(c); sg_client_free(c);
+ *
+ * Errors: every fallible call returns an sg_status; on failure sg_last_error() gives a
+ * message naming what failed (thread-local, valid until the next failing call on the same
+ * thread). No C++ exception crosses this boundary.
+ * Thread-safety: a client and its writers are used from one thread at a time (the training
+ * thread); a reader may be used from many threads at once. Handles are freed exactly once.
+ * Plain C89 plus <stdint.h>; only sg_* symbols are exported.
+ */
+#ifndef SHARDGUARD_H_
+#define SHARDGUARD_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Bumped on incompatible changes; sg_api_version() returns the library's value, which a
+ * caller compares with the one it was built against. */
+#define SHARDGUARD_API_VERSION 1
+
+#if defined(SG_BUILDING_LIBRARY)
+#define SG_API __attribute__((visibility("default")))
+#else
+#define SG_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes: the same classes as the C++ ErrorCode, plus SG_OK. */
+typedef enum sg_status {
+  SG_OK = 0,
+  SG_ERR_IO = 1,        /* an OS call failed */
+  SG_ERR_NO_SPACE = 2,  /* the disk is full */
+  SG_ERR_NOT_FOUND = 3, /* no such file, tensor, or checkpoint (fresh start) */
+  SG_ERR_INVALID = 4,   /* a bad argument */
+  SG_ERR_CORRUPT = 5,   /* bad bytes on storage */
+  SG_ERR_TIMEOUT = 6,   /* a deadline passed */
+  SG_ERR_CANCELLED = 7,
+  SG_ERR_FENCED = 8, /* a newer attempt owns the step, or it is already committed */
+  SG_ERR_UNSUPPORTED = 9,
+  SG_ERR_INTERNAL = 10 /* a bug (an unexpected exception is reported as this) */
+} sg_status;
+
+typedef struct sg_client sg_client; /* one rank's connection to shardguard */
+typedef struct sg_reader sg_reader; /* a committed checkpoint, open for reading */
+typedef struct sg_writer sg_writer; /* this rank's part of a checkpoint being saved */
+
+/* SHARDGUARD_API_VERSION of the loaded library. */
+SG_API int sg_api_version(void);
+/* The message of the last failed call on this thread ("" if none). */
+SG_API const char* sg_last_error(void);
+/* "SG_ERR_NOT_FOUND", ... for a status code. */
+SG_API const char* sg_status_name(sg_status status);
+
+/* ---- client ---- */
+
+/* Creates a client from the SHARDGUARD_* environment over these defaults: checkpoint_dir
+ * (NULL: only from SHARDGUARD_CHECKPOINT_DIR), every_steps (periodic checkpoints without an
+ * agent, 0: off), async_save (non-zero: save() returns after a snapshot). Connects to the
+ * agent's socket when one is given and installs the checkpoint signal's handler. */
+SG_API sg_status sg_client_from_env(const char* checkpoint_dir, uint64_t every_steps,
+                                    int async_save, sg_client** out);
+/* Waits for a background save, disconnects and frees. NULL is ignored. */
+SG_API void sg_client_free(sg_client* client);
+
+SG_API uint32_t sg_client_rank(const sg_client* client);
+SG_API uint32_t sg_client_world_size(const sg_client* client);
+SG_API uint32_t sg_client_local_rank(const sg_client* client);
+SG_API uint64_t sg_client_attempt(const sg_client* client);
+/* Valid while the client lives. */
+SG_API const char* sg_client_job_id(const sg_client* client);
+SG_API const char* sg_client_checkpoint_dir(const sg_client* client);
+/* Non-zero when run by shardguard (SHARDGUARD_JOB_ID set). */
+SG_API int sg_client_under_shardguard(const sg_client* client);
+
+/* Tells the agent this rank reached `step` (rate-limited inside). */
+SG_API void sg_client_heartbeat(sg_client* client, uint64_t step);
+/* 1 when `step` must be saved (schedule, agent request or checkpoint signal), else 0. */
+SG_API int sg_client_should_checkpoint(sg_client* client, uint64_t step);
+/* 1 once an emergency checkpoint is committed or the agent said stop: exit cleanly. */
+SG_API int sg_client_should_exit(const sg_client* client);
+/* 1 and fills the out-parameters (any may be NULL) when an emergency is pending, else 0.
+ * `reason` gets at most reason_size-1 bytes plus a NUL. */
+SG_API int sg_client_emergency(const sg_client* client, int64_t* deadline_unix_ms,
+                               uint64_t* at_step, char* reason, size_t reason_size);
+/* Step of the last checkpoint this process saw committed (0 if none). */
+SG_API uint64_t sg_client_last_committed_step(const sg_client* client);
+/* For hosts that catch the checkpoint signal themselves (a Python handler): acts as if the
+ * client's own handler had seen it. Async-signal-safe. */
+SG_API sg_status sg_client_notify_signal(sg_client* client);
+/* Re-installs the client's handler for its checkpoint signal (after a host replaced it). */
+SG_API sg_status sg_client_restore_signal(sg_client* client);
+
+/* ---- resume ---- */
+
+/* Opens the checkpoint to resume from (SHARDGUARD_RESUME_MANIFEST, or outside shardguard
+ * the newest complete one). SG_ERR_NOT_FOUND on a fresh start. */
+SG_API sg_status sg_client_open_resume(const sg_client* client, sg_reader** out);
+/* Opens any committed checkpoint: a step directory or its manifest.json. */
+SG_API sg_status sg_reader_open(const char* path, sg_reader** out);
+SG_API void sg_reader_free(sg_reader* reader);
+
+/* The checkpoint's step (the step to resume after), world size and job id. */
+SG_API uint64_t sg_reader_step(const sg_reader* reader);
+SG_API uint32_t sg_reader_world_size(const sg_reader* reader);
+SG_API const char* sg_reader_job_id(const sg_reader* reader);
+/* Tensors in sorted name order; NULL for an index out of range. */
+SG_API size_t sg_reader_tensor_count(const sg_reader* reader);
+SG_API const char* sg_reader_tensor_name(const sg_reader* reader, size_t index);
+/* dtype (safetensors name, "F32", "BF16", ...), rank and global shape of a tensor. The
+ * pointers stay valid while the reader lives. SG_ERR_NOT_FOUND for an unknown name. */
+SG_API sg_status sg_reader_tensor_info(const sg_reader* reader, const char* name,
+                                       const char** dtype, size_t* ndim, const uint64_t** shape);
+/* Reads the box (offsets, sizes; ndim entries each) of tensor `name` into `out`, which
+ * holds exactly the box's bytes packed row-major. offsets == sizes == NULL: the whole
+ * tensor. Assembles the box from every chunk that overlaps it (resharding). */
+SG_API sg_status sg_reader_read(const sg_reader* reader, const char* name, size_t ndim,
+                                const uint64_t* offsets, const uint64_t* sizes, void* out,
+                                size_t out_size);
+/* Rank `rank`'s saved state: opaque RNG bytes, and JSON text of the data loader position
+ * and the user state ("null" when unset; empty state for a rank beyond the world size).
+ * Valid while the reader lives. */
+SG_API sg_status sg_reader_rank_rng(const sg_reader* reader, uint32_t rank, const void** data,
+                                    size_t* size);
+SG_API const char* sg_reader_rank_data_position(const sg_reader* reader, uint32_t rank);
+SG_API const char* sg_reader_rank_user(const sg_reader* reader, uint32_t rank);
+/* The job's state set by rank 0: step, LR schedule JSON, user JSON. */
+SG_API uint64_t sg_reader_global_step(const sg_reader* reader);
+SG_API const char* sg_reader_global_lr_schedule(const sg_reader* reader);
+SG_API const char* sg_reader_global_user(const sg_reader* reader);
+
+/* ---- save ---- */
+
+/* A writer for this rank's part of `step`. */
+SG_API sg_status sg_client_begin_save(sg_client* client, uint64_t step, sg_writer** out);
+/* A tensor this rank holds whole. `data` (size bytes, packed row-major, little-endian) is
+ * read during sg_client_save(), so it must stay valid and unchanged until that returns. */
+SG_API sg_status sg_writer_add_tensor(sg_writer* writer, const char* name, const char* dtype,
+                                      size_t ndim, const uint64_t* shape, const void* data,
+                                      size_t size);
+/* The box (offsets, sizes) of a tensor of `global_shape` split across ranks; `data` holds
+ * exactly that box. Same lifetime rule as sg_writer_add_tensor. */
+SG_API sg_status sg_writer_add_chunk(sg_writer* writer, const char* name, const char* dtype,
+                                     size_t ndim, const uint64_t* global_shape,
+                                     const uint64_t* offsets, const uint64_t* sizes,
+                                     const void* data, size_t size);
+/* This rank's state: RNG bytes (copied), data loader position and user state as JSON text
+ * (NULL: "null"). Invalid JSON fails the save. */
+SG_API sg_status sg_writer_set_rank_state(sg_writer* writer, const void* rng, size_t rng_size,
+                                          const char* data_position_json, const char* user_json);
+/* The job's state; required on rank 0, refused on other ranks. */
+SG_API sg_status sg_writer_set_global_state(sg_writer* writer, uint64_t step,
+                                            const char* lr_schedule_json, const char* user_json);
+/* Abandons a writer that will not be saved. NULL is ignored. */
+SG_API void sg_writer_free(sg_writer* writer);
+
+/* Saves and frees `writer` (it is consumed even on failure): writes the shard (in async mode
+ * after a snapshot, in the background), then rank 0 commits. `reason`: NULL (periodic, or
+ * emergency when one is pending), "periodic", "emergency", "final" or "manual". */
+SG_API sg_status sg_client_save(sg_client* client, sg_writer* writer, const char* reason);
+/* Waits for a background save and returns its result (SG_OK when none ran). */
+SG_API sg_status sg_client_wait(sg_client* client);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SHARDGUARD_H_ */

@@ -1,0 +1,263 @@
+// Lifecycle hooks (hooks/lifecycle.h): each fired event becomes runs on the EventLoop;
+// commands and webhooks report back through weak pointers, so destroying the hooks drops them.
+#include "hooks/lifecycle.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/json.hpp>
+
+#include "core/units.h"
+#include "io/event_loop.h"
+#include "io/http_client.h"
+#include "io/process.h"
+
+namespace shardguard::hooks {
+namespace {
+
+std::string describe(const HookSpec& spec) {
+  std::string out = "hook '" + spec.event + "'";
+  if (!spec.command.empty()) out += " command '" + spec.command[0] + "'";
+  if (!spec.url.empty()) out += " url '" + spec.url + "'";
+  return out;
+}
+
+std::string json_body(std::string_view event, int64_t unix_ms, const EventFields& fields) {
+  boost::json::object f;
+  for (const auto& [k, v] : fields) f[k] = v;
+  return boost::json::serialize(
+      boost::json::object{{"event", event}, {"time_unix_ms", unix_ms}, {"fields", std::move(f)}});
+}
+
+}  // namespace
+
+Status validate_hook(const HookSpec& spec) {
+  const auto bad = [&](const std::string& why) {
+    return Error(ErrorCode::kInvalid, "hook '" + spec.event + "': " + why);
+  };
+  if (std::find(kHookEvents.begin(), kHookEvents.end(), spec.event) == kHookEvents.end())
+    return bad(
+        "unknown event (use preempt_notice, checkpoint_committed, restart, give_up or "
+        "node_unhealthy)");
+  if (spec.command.empty() && spec.url.empty()) return bad("needs a command or a url");
+  if (!spec.command.empty() && spec.command[0].empty()) return bad("empty program name");
+  if (!spec.url.empty()) {
+    if (auto u = io::parse_url(spec.url); !u.ok()) return bad(u.error().message());
+  }
+  if (spec.timeout <= Duration::zero()) return bad("timeout must be positive");
+  if (spec.retries < 0 || spec.retries > kMaxHookRetries)
+    return bad("retries must be 0.." + std::to_string(kMaxHookRetries));
+  return {};
+}
+
+std::string event_env_name(std::string_view key) {
+  std::string out = "SHARDGUARD_EVENT_";
+  for (char c : key) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+    out += ((c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9')) ? c : '_';
+  }
+  return out;
+}
+
+// One queued hook run: a spec and the event it reacts to.
+struct Run {
+  const HookSpec* spec;
+  std::string event;
+  int64_t unix_ms;
+  EventFields fields;
+};
+
+struct LifecycleHooks::Impl : std::enable_shared_from_this<Impl> {
+  io::EventLoop& loop;
+  io::ProcessLauncher& launcher;
+  io::HttpClient& http;
+  TimerFactory& timers;
+  Clock& clock;
+  std::vector<HookSpec> specs;
+  LifecycleHooksOptions opt;
+
+  std::atomic<uint64_t> fired{0}, succeeded{0}, failed{0}, timed_out{0}, http_attempts{0},
+      finished{0};
+
+  // Loop thread only: what is running or waiting, by run id.
+  struct Command {
+    std::unique_ptr<io::ChildProcess> child;
+    std::unique_ptr<Timer> deadline;
+    bool killed = false;
+  };
+  uint64_t next_id = 0;
+  std::map<uint64_t, Command> commands;
+  std::map<uint64_t, std::unique_ptr<Timer>> backoffs;
+
+  Impl(io::EventLoop& l, io::ProcessLauncher& p, io::HttpClient& h, TimerFactory& t, Clock& c,
+       std::vector<HookSpec> s, LifecycleHooksOptions o)
+      : loop(l), launcher(p), http(h), timers(t), clock(c), specs(std::move(s)), opt(o) {}
+
+  ~Impl() {
+    // ChildProcess's destructor SIGKILLs and reaps its group; make the group explicit.
+    for (auto& [id, c] : commands) (void)c.child->signal_group(SIGKILL);
+  }
+
+  void done(bool ok) {
+    (ok ? succeeded : failed).fetch_add(1);
+    finished.fetch_add(1);
+  }
+
+  void start(const std::shared_ptr<Run>& run) {
+    // A run with both a command and a url counts once: it succeeds if both do.
+    const bool both = !run->spec->command.empty() && !run->spec->url.empty();
+    auto pending = std::make_shared<std::pair<int, bool>>(both ? 2 : 1, true);
+    auto part_done = [self = weak_from_this(), pending](bool ok) {
+      pending->second = pending->second && ok;
+      if (--pending->first > 0) return;
+      if (auto s = self.lock()) s->done(pending->second);
+    };
+    if (!run->spec->command.empty()) start_command(run, part_done);
+    if (!run->spec->url.empty()) post(run, 0, part_done);
+  }
+
+  void start_command(const std::shared_ptr<Run>& run, std::function<void(bool)> part_done) {
+    const HookSpec& spec = *run->spec;
+    io::ProcessSpec ps;
+    ps.argv = spec.command;
+    ps.env["SHARDGUARD_EVENT"] = run->event;
+    ps.env["SHARDGUARD_EVENT_TIME_UNIX_MS"] = std::to_string(run->unix_ms);
+    for (const auto& [k, v] : run->fields) ps.env[event_env_name(k)] = v;
+    auto child = launcher.launch(ps);
+    if (!child.ok()) {
+      spdlog::warn("{}: {}", describe(spec), child.error().message());
+      return part_done(false);
+    }
+    const uint64_t id = next_id++;
+    Command& c = commands[id];
+    c.child = std::move(*child);
+    c.deadline = timers.make_timer();
+    c.deadline->arm(spec.timeout, [self = weak_from_this(), id] {
+      if (auto s = self.lock()) s->on_timeout(id);
+    });
+    c.child->async_wait([self = weak_from_this(), id, run, part_done](Result<io::ExitStatus> st) {
+      if (auto s = self.lock()) s->on_exit(id, *run->spec, std::move(st), part_done);
+    });
+  }
+
+  void on_timeout(uint64_t id) {
+    auto it = commands.find(id);
+    if (it == commands.end()) return;
+    it->second.killed = true;
+    (void)it->second.child->signal_group(SIGKILL);
+  }
+
+  void on_exit(uint64_t id, const HookSpec& spec, Result<io::ExitStatus> st,
+               const std::function<void(bool)>& part_done) {
+    auto it = commands.find(id);
+    if (it == commands.end()) return;
+    const bool killed = it->second.killed;
+    it->second.deadline->cancel();
+    // The ChildProcess is inside its own wait callback: destroy it after this handler.
+    loop.post([self = weak_from_this(), id] {
+      if (auto s = self.lock()) s->commands.erase(id);
+    });
+    if (killed) {
+      timed_out.fetch_add(1);
+      spdlog::warn("{}: killed with its process group at its timeout of {}", describe(spec),
+                   format_duration(spec.timeout));
+      return part_done(false);
+    }
+    if (!st.ok()) {
+      spdlog::warn("{}: {}", describe(spec), st.error().message());
+      return part_done(false);
+    }
+    if (!st->success()) spdlog::warn("{}: {}", describe(spec), st->describe());
+    part_done(st->success());
+  }
+
+  void post(const std::shared_ptr<Run>& run, int attempt, std::function<void(bool)> part_done) {
+    const HookSpec& spec = *run->spec;
+    io::HttpRequest req;
+    req.method = "POST";
+    req.url = spec.url;
+    req.timeout = spec.timeout;
+    req.headers.set("Content-Type", "application/json");
+    req.body = json_body(run->event, run->unix_ms, run->fields);
+    req.max_body_bytes = 64 * 1024;
+    http_attempts.fetch_add(1);
+    http.request(std::move(req),
+                 [self = weak_from_this(), run, attempt, part_done](Result<io::HttpResponse> r) {
+                   if (auto s = self.lock()) s->on_response(run, attempt, std::move(r), part_done);
+                 });
+  }
+
+  void on_response(const std::shared_ptr<Run>& run, int attempt, Result<io::HttpResponse> r,
+                   std::function<void(bool)> part_done) {
+    const HookSpec& spec = *run->spec;
+    if (r.ok() && r->status >= 200 && r->status < 300) return part_done(true);
+    const std::string why =
+        r.ok() ? "HTTP status " + std::to_string(r->status) : r.error().message();
+    if (attempt >= spec.retries) {
+      spdlog::warn("{}: giving up after {} attempt(s): {}", describe(spec), attempt + 1, why);
+      return part_done(false);
+    }
+    Duration delay = opt.backoff_initial;
+    for (int i = 0; i < attempt && delay < opt.backoff_max; ++i) delay *= 2;
+    delay = std::min(delay, opt.backoff_max);
+    spdlog::info("{}: attempt {} failed ({}); retrying in {}", describe(spec), attempt + 1, why,
+                 format_duration(delay));
+    const uint64_t id = next_id++;
+    auto& timer = backoffs[id];
+    timer = timers.make_timer();
+    timer->arm(delay, [self = weak_from_this(), id, run, attempt, part_done] {
+      auto s = self.lock();
+      if (!s) return;
+      // Erasing the timer from inside its own callback: defer it to the loop.
+      s->loop.post([w = s->weak_from_this(), id] {
+        if (auto t = w.lock()) t->backoffs.erase(id);
+      });
+      s->post(run, attempt + 1, part_done);
+    });
+  }
+};
+
+LifecycleHooks::LifecycleHooks(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+LifecycleHooks::~LifecycleHooks() = default;
+
+Result<std::unique_ptr<LifecycleHooks>> LifecycleHooks::create(
+    io::EventLoop& loop, io::ProcessLauncher& launcher, io::HttpClient& http, TimerFactory& timers,
+    Clock& clock, std::vector<HookSpec> specs, LifecycleHooksOptions options) {
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (auto st = validate_hook(specs[i]); !st.ok())
+      return std::move(st).error().context("hooks[" + std::to_string(i) + "]");
+  auto impl =
+      std::make_shared<Impl>(loop, launcher, http, timers, clock, std::move(specs), options);
+  return std::unique_ptr<LifecycleHooks>(new LifecycleHooks(std::move(impl)));
+}
+
+size_t LifecycleHooks::fire(std::string_view event, EventFields fields) {
+  const int64_t unix_ms = to_unix_ms(impl_->clock.wall_now());
+  size_t queued = 0;
+  for (const auto& spec : impl_->specs) {
+    if (spec.event != event) continue;
+    auto run = std::make_shared<Run>(Run{&spec, std::string(event), unix_ms, fields});
+    impl_->fired.fetch_add(1);
+    impl_->loop.post([self = std::weak_ptr<Impl>(impl_), run] {
+      if (auto s = self.lock()) s->start(run);
+    });
+    ++queued;
+  }
+  return queued;
+}
+
+HookStats LifecycleHooks::stats() const {
+  const Impl& m = *impl_;
+  HookStats s;
+  s.fired = m.fired.load();
+  s.succeeded = m.succeeded.load();
+  s.failed = m.failed.load();
+  s.timed_out = m.timed_out.load();
+  s.http_attempts = m.http_attempts.load();
+  s.in_flight = s.fired - m.finished.load();
+  return s;
+}
+
+}  // namespace shardguard::hooks

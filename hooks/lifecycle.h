@@ -1,0 +1,99 @@
+// User lifecycle hooks: on a job event (preempt_notice, checkpoint_committed, restart,
+// give_up, node_unhealthy) run a command and/or POST the event as JSON to a URL, as the
+// `[hooks]` config section asks. Everything runs on the EventLoop: fire() only queues work,
+// so a slow, hanging or failing hook is logged and never delays the caller.
+//
+//   command: argv (no shell), the event in the environment (SHARDGUARD_EVENT=<name>,
+//            SHARDGUARD_EVENT_<FIELD>=<value>), stdin /dev/null, output to ours; at its
+//            timeout its whole process group is killed (SIGKILL).
+//   url:     POST {"event":..,"time_unix_ms":..,"fields":{..}} (Content-Type JSON) with the
+//            timeout per attempt; a non-2xx answer or an error is retried `retries` times
+//            with exponential backoff, then given up.
+//
+// Thread-safety: fire() and stats() may be called from any thread. Construct and destroy on
+// the loop thread or while the loop is not running; destroying drops queued work, kills the
+// groups of running commands and abandons webhooks in flight.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/result.h"
+
+namespace shardguard::io {
+class EventLoop;
+class HttpClient;
+class ProcessLauncher;
+}  // namespace shardguard::io
+
+namespace shardguard::hooks {
+
+inline constexpr std::array<std::string_view, 5> kHookEvents = {
+    "preempt_notice", "checkpoint_committed", "restart", "give_up", "node_unhealthy"};
+inline constexpr int kMaxHookRetries = 10;
+
+struct HookSpec {
+  std::string event;                            // one of kHookEvents
+  std::vector<std::string> command;             // argv; empty: no command
+  std::string url;                              // http://...; empty: no webhook
+  Duration timeout = std::chrono::seconds(30);  // per command run / per HTTP attempt
+  int retries = 2;                              // extra webhook attempts after a failure (0..10)
+};
+
+// Event fields, e.g. {"step": "1200", "manifest": "/ckpt/step-000001200/manifest.json"}.
+using EventFields = std::map<std::string, std::string>;
+
+// kInvalid naming the problem: unknown event, neither command nor url, an empty argv[0],
+// a URL that is not http://host..., a timeout <= 0, retries outside 0..kMaxHookRetries.
+Status validate_hook(const HookSpec& spec);
+
+// SHARDGUARD_EVENT_<KEY>: the key upper-cased, anything but [A-Z0-9] turned into '_'.
+std::string event_env_name(std::string_view key);
+
+struct LifecycleHooksOptions {
+  Duration backoff_initial = std::chrono::milliseconds(200);  // before the first retry
+  Duration backoff_max = std::chrono::seconds(5);             // doubling stops here
+};
+
+// Counters since construction (each hook run counts once, whatever its retries).
+struct HookStats {
+  uint64_t fired = 0;          // hook runs queued by fire()
+  uint64_t succeeded = 0;      // command exited 0 / webhook got a 2xx
+  uint64_t failed = 0;         // launch error, non-zero exit, timeout, retries used up
+  uint64_t timed_out = 0;      // commands killed at their timeout
+  uint64_t http_attempts = 0;  // every POST sent, retries included
+  uint64_t in_flight = 0;      // runs not finished yet
+};
+
+class LifecycleHooks {
+ public:
+  // Validates every spec (errors name the hook by index and event).
+  static Result<std::unique_ptr<LifecycleHooks>> create(io::EventLoop& loop,
+                                                        io::ProcessLauncher& launcher,
+                                                        io::HttpClient& http, TimerFactory& timers,
+                                                        Clock& clock, std::vector<HookSpec> specs,
+                                                        LifecycleHooksOptions options = {});
+  ~LifecycleHooks();
+  LifecycleHooks(const LifecycleHooks&) = delete;
+  LifecycleHooks& operator=(const LifecycleHooks&) = delete;
+
+  // Queues every hook of `event` with `fields` and returns at once; an event without
+  // hooks (or an unknown one) does nothing. Returns how many hook runs were queued.
+  size_t fire(std::string_view event, EventFields fields = {});
+  HookStats stats() const;
+
+  struct Impl;
+
+ private:
+  explicit LifecycleHooks(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace shardguard::hooks

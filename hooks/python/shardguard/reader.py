@@ -1,0 +1,93 @@
+"""Reader: a committed checkpoint open for reading, over the C ABI.
+
+Any box of any tensor can be read (assembled from every chunk that overlaps it), whatever
+world size wrote it. Thread-safety: a Reader may be used from several threads at once.
+"""
+
+import ctypes
+import json
+
+import numpy as np
+
+from . import _dtypes
+from ._lib import check, lib, text, u64_array
+
+
+class Reader:
+    """A checkpoint: use Reader.open(path) (a step directory or its manifest.json)."""
+
+    def __init__(self, handle):
+        self._h = handle
+
+    @classmethod
+    def open(cls, path):
+        out = ctypes.c_void_p()
+        check(lib.sg_reader_open(str(path).encode(), ctypes.byref(out)))
+        return cls(out)
+
+    def close(self):
+        if self._h:
+            lib.sg_reader_free(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        self.close()
+
+    @property
+    def step(self):
+        return lib.sg_reader_step(self._h)
+
+    @property
+    def world_size(self):
+        return lib.sg_reader_world_size(self._h)
+
+    @property
+    def job_id(self):
+        return text(lib.sg_reader_job_id(self._h))
+
+    def names(self):
+        """Tensor names, sorted."""
+        return [text(lib.sg_reader_tensor_name(self._h, i))
+                for i in range(lib.sg_reader_tensor_count(self._h))]
+
+    def info(self, name):
+        """(safetensors dtype name, global shape tuple) of a tensor."""
+        dtype, ndim = ctypes.c_char_p(), ctypes.c_size_t()
+        shape = ctypes.POINTER(ctypes.c_uint64)()
+        check(lib.sg_reader_tensor_info(self._h, name.encode(), ctypes.byref(dtype),
+                                        ctypes.byref(ndim), ctypes.byref(shape)))
+        return text(dtype.value), tuple(shape[i] for i in range(ndim.value))
+
+    def read(self, name, offsets=None, sizes=None, as_torch=False):
+        """The box (offsets, sizes) of tensor `name` (the whole tensor by default) as a numpy
+        array (BF16 and F8 as raw unsigned words), or a torch tensor with as_torch."""
+        dtype, shape = self.info(name)
+        if offsets is None and sizes is None:
+            offsets, sizes = (0,) * len(shape), shape
+        out = np.empty(tuple(int(s) for s in sizes), dtype=_dtypes.numpy_dtype(dtype))
+        offs, n = u64_array(offsets)
+        szs, _ = u64_array(sizes)
+        check(lib.sg_reader_read(self._h, name.encode(), n, offs, szs,
+                                 out.ctypes.data_as(ctypes.c_void_p), out.nbytes))
+        return _dtypes.as_torch(out, dtype) if as_torch else out
+
+    def rank_state(self, rank):
+        """(rng bytes, data loader position, user state) saved by `rank`; JSON decoded."""
+        data, size = ctypes.c_void_p(), ctypes.c_size_t()
+        check(lib.sg_reader_rank_rng(self._h, rank, ctypes.byref(data), ctypes.byref(size)))
+        rng = ctypes.string_at(data, size.value) if size.value else b""
+        position = json.loads(text(lib.sg_reader_rank_data_position(self._h, rank)))
+        user = json.loads(text(lib.sg_reader_rank_user(self._h, rank)))
+        return rng, position, user
+
+    def global_state(self):
+        """{"step", "lr_schedule", "user"} set by rank 0; JSON decoded."""
+        return {"step": lib.sg_reader_global_step(self._h),
+                "lr_schedule": json.loads(text(lib.sg_reader_global_lr_schedule(self._h))),
+                "user": json.loads(text(lib.sg_reader_global_user(self._h)))}

@@ -1,0 +1,44 @@
+// Why an attempt ended: the class picks the restart budget (DESIGN.md section 6). A notice
+// or node health outranks the ranks' own exit codes, because a preempted or sick node makes
+// ranks fail in arbitrary ways. Pure functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace shardguard::policies {
+
+enum class ExitClass { kSuccess, kPreempted, kInfrastructure, kHang, kCrash, kNoProgress };
+
+// "success", "preempted", "infrastructure", "hang", "crash", "no_progress".
+std::string_view exit_class_name(ExitClass c);
+
+struct RankExit {
+  uint32_t rank;
+  bool signaled;  // true: killed by `signal`; false: exited with `code`
+  int code;
+  int signal;
+};
+
+struct ExitContext {
+  std::vector<RankExit> exits;  // ranks that ended on their own, first one first
+  bool notice_active = false;   // a preemption notice or emergency was in progress
+  bool hang_detected = false;
+  bool node_unhealthy = false;
+  bool torn_down_by_us = false;  // the supervisor killed the ranks that had not ended
+  std::vector<int> preemption_exit_codes;
+};
+
+// First rule that matches: node_unhealthy -> kInfrastructure; notice_active -> kPreempted;
+// hang_detected -> kHang; a (non-signal) exit code listed in preemption_exit_codes ->
+// kPreempted; at least one exit and all of them code 0 -> kSuccess; otherwise kCrash.
+ExitClass classify_exit(const ExitContext& context);
+
+// One line for logs and events: "rank 1 killed by signal 9 (SIGKILL)", "rank 0 exited with
+// code 3"; names the first failing rank, counts the others, and appends the flags set
+// ("; preemption notice active", "; node unhealthy", ...).
+std::string describe_exit(const ExitContext& context);
+
+}  // namespace shardguard::policies

@@ -1,0 +1,78 @@
+#include "supervisor/event_log.h"
+
+#include <spdlog/spdlog.h>
+
+#include <boost/json.hpp>
+
+#include <fstream>
+
+namespace shardguard::supervisor {
+namespace json = boost::json;
+
+EventLog::~EventLog() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+EventLog::EventLog(EventLog&& o) noexcept : file_(o.file_), path_(std::move(o.path_)), clock_(o.clock_) {
+  o.file_ = nullptr;
+}
+
+EventLog& EventLog::operator=(EventLog&& o) noexcept {
+  if (this != &o) {
+    if (file_ != nullptr) std::fclose(file_);
+    file_ = o.file_;
+    path_ = std::move(o.path_);
+    clock_ = o.clock_;
+    o.file_ = nullptr;
+  }
+  return *this;
+}
+
+Result<EventLog> EventLog::open(const std::string& path, Clock& clock) {
+  EventLog log;
+  log.file_ = std::fopen(path.c_str(), "a");
+  if (log.file_ == nullptr) return Error::from_errno("open '" + path + "'", errno);
+  log.path_ = path;
+  log.clock_ = &clock;
+  return log;
+}
+
+void EventLog::write(std::string_view type, std::initializer_list<EventField> fields) {
+  if (file_ == nullptr) return;
+  json::object o;
+  o["time_unix_ms"] = to_unix_ms(clock_->wall_now());
+  o["event"] = type;
+  for (const auto& f : fields)
+    std::visit([&](const auto& v) { o[f.key] = v; }, f.value);
+  std::string line = json::serialize(o) + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
+    spdlog::warn("events: cannot write '{}': {}", path_, std::strerror(errno));
+}
+
+Result<std::vector<EventRecord>> read_events(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Error::from_errno("open '" + path + "'", errno);
+  std::vector<EventRecord> out;
+  std::string line;
+  while (std::getline(in, line)) {
+    boost::system::error_code ec;
+    json::value v = json::parse(line, ec);
+    if (ec || !v.is_object()) continue;
+    EventRecord r;
+    for (const auto& kv : v.get_object()) {
+      if (kv.key() == "time_unix_ms" && kv.value().is_int64()) {
+        r.time_unix_ms = kv.value().get_int64();
+      } else if (kv.key() == "event" && kv.value().is_string()) {
+        r.type = kv.value().get_string();
+      } else {
+        r.fields.emplace_back(std::string(kv.key()),
+                              kv.value().is_string() ? std::string(kv.value().get_string())
+                                                     : json::serialize(kv.value()));
+      }
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+}  // namespace shardguard::supervisor

@@ -1,0 +1,53 @@
+// The run's timeline: one JSON object per line in <run_dir>/events.jsonl, appended and
+// flushed per event (never truncated, so every attempt's history stays). `shardguard
+// status` reads it back. Thread-safety: one writer thread (the supervisor's loop).
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/result.h"
+
+namespace shardguard::supervisor {
+
+using EventValue = std::variant<int64_t, uint64_t, double, bool, std::string>;
+
+struct EventField {
+  std::string key;
+  EventValue value;
+};
+
+class EventLog {
+ public:
+  EventLog() = default;
+  ~EventLog();
+  EventLog(EventLog&&) noexcept;
+  EventLog& operator=(EventLog&&) noexcept;
+
+  static Result<EventLog> open(const std::string& path, Clock& clock);
+  // Appends {"time_unix_ms":..,"event":type, fields...}. Errors are logged, not returned:
+  // a full disk must not stop the supervisor.
+  void write(std::string_view type, std::initializer_list<EventField> fields = {});
+  const std::string& path() const { return path_; }
+
+ private:
+  std::FILE* file_ = nullptr;
+  std::string path_;
+  Clock* clock_ = nullptr;
+};
+
+// Parses events.jsonl into rows of (key, rendered value), skipping lines that do not parse.
+struct EventRecord {
+  int64_t time_unix_ms = 0;
+  std::string type;
+  std::vector<std::pair<std::string, std::string>> fields;
+};
+Result<std::vector<EventRecord>> read_events(const std::string& path);
+
+}  // namespace shardguard::supervisor

@@ -1,0 +1,76 @@
+// The job's configuration: one TOML file per job (`shardguard run --config job.toml`),
+// overridden by flags. Durations are strings like "30s", sizes like "50GiB". Unknown keys
+// and bad values are errors naming the file, line and key (supervisor/job_config_toml.cc).
+// Thread-safety: plain values.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+
+namespace shardguard::supervisor {
+
+enum class IntervalMode { kSteps, kTime, kAuto };
+enum class VerifyMode { kSize, kChecksum };
+
+struct RestartBudget {
+  uint32_t max_restarts = 3;                   // within `window`
+  Duration window = std::chrono::hours(1);
+};
+
+struct JobConfig {
+  // [job]
+  std::string job_id;                  // default: derived from the run dir name
+  std::vector<std::string> command;    // the rank command (after `--`)
+  uint32_t nproc = 1;
+  std::string checkpoint_dir = "checkpoints";
+  std::string run_dir = "shardguard-run";
+  std::string master_addr = "127.0.0.1";
+  uint16_t master_port = 29500;
+  std::map<std::string, std::string> env;  // extra environment for every rank
+
+  // [checkpoint]
+  IntervalMode interval_mode = IntervalMode::kSteps;
+  uint64_t every_steps = 100;
+  Duration every = std::chrono::minutes(30);      // kTime
+  Duration mtbf = std::chrono::hours(4);           // kAuto: expected time between failures
+  VerifyMode resume_verify = VerifyMode::kSize;
+  uint32_t keep_last = 3;                         // retention (0: keep all)
+  uint64_t keep_every = 0;
+  Duration commit_timeout = std::chrono::minutes(10);
+
+  // [restart]
+  RestartBudget crash{3, std::chrono::hours(1)};
+  RestartBudget hang{3, std::chrono::hours(1)};
+  RestartBudget infrastructure{5, std::chrono::hours(1)};
+  RestartBudget preempted{100, std::chrono::hours(24)};
+  Duration backoff_initial = std::chrono::seconds(1);
+  Duration backoff_max = std::chrono::minutes(5);
+  double backoff_multiplier = 2.0;
+  double backoff_jitter = 0.2;                    // +-20%
+  Duration healthy_after = std::chrono::minutes(10);  // a run this long resets the backoff
+  uint32_t no_progress_limit = 3;                 // resumes of the same step before giving up
+  std::vector<int> preemption_exit_codes = {75};  // rank exit codes that mean "preempted"
+
+  // [health]
+  Duration hang_timeout = std::chrono::minutes(5);  // no heartbeat this long after the first
+  Duration startup_timeout = std::chrono::minutes(0);  // 0: no limit before the first
+
+  // [stop]
+  int checkpoint_signal = 10;                     // SIGUSR1
+  Duration grace = std::chrono::seconds(30);      // emergency budget on SIGTERM/SIGINT
+  Duration safety_margin = std::chrono::seconds(2);  // deadline minus this
+  Duration term_grace = std::chrono::seconds(10);  // SIGTERM -> SIGKILL during teardown
+
+  // [metrics]
+  uint16_t metrics_port = 0;  // 0: off
+  std::string log_format = "text";
+  std::string log_level = "info";
+};
+
+}  // namespace shardguard::supervisor

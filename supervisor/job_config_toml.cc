@@ -1,0 +1,371 @@
+#include "supervisor/job_config_toml.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <initializer_list>
+#include <limits>
+#include <set>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "core/units.h"
+#include "policies/signal_names.h"
+
+namespace shardguard::supervisor {
+namespace {
+
+constexpr int64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
+constexpr int64_t kMaxI64 = std::numeric_limits<int64_t>::max();
+
+std::string_view type_name(const toml::node& node) {
+  switch (node.type()) {
+    case toml::node_type::table:
+      return "table";
+    case toml::node_type::array:
+      return "array";
+    case toml::node_type::string:
+      return "string";
+    case toml::node_type::integer:
+      return "integer";
+    case toml::node_type::floating_point:
+      return "float";
+    case toml::node_type::boolean:
+      return "boolean";
+    case toml::node_type::date:
+      return "date";
+    case toml::node_type::time:
+      return "time";
+    case toml::node_type::date_time:
+      return "date-time";
+    default:
+      return "nothing";
+  }
+}
+
+// Every problem found, so one run of --check-config lists them all.
+class Problems {
+ public:
+  explicit Problems(std::string_view source) : source_(source) {}
+
+  void add(const toml::source_region& where, std::string_view key, std::string_view what) {
+    std::string text = source_ + ":" + std::to_string(where.begin.line) + ": ";
+    ((text += key) += ": ") += what;
+    issues_.push_back({where.begin.line, where.begin.column, std::move(text)});
+  }
+
+  Status status() {
+    if (issues_.empty()) return ok_status();
+    std::stable_sort(issues_.begin(), issues_.end(), [](const Issue& a, const Issue& b) {
+      return std::tie(a.line, a.column) < std::tie(b.line, b.column);
+    });
+    std::string message;
+    for (const Issue& i : issues_) (message += message.empty() ? "" : "\n") += i.text;
+    return Error(ErrorCode::kInvalid, std::move(message));
+  }
+
+ private:
+  struct Issue {
+    uint32_t line, column;
+    std::string text;
+  };
+  std::string source_;
+  std::vector<Issue> issues_;
+};
+
+std::string range_text(int64_t v, int64_t lo, int64_t hi) {
+  const std::string got = ", got " + std::to_string(v);
+  if (hi < kMaxU32)
+    return "must be between " + std::to_string(lo) + " and " + std::to_string(hi) + got;
+  if (v > hi) return "must be at most " + std::to_string(hi) + got;
+  if (lo == 0) return "must not be negative" + got;
+  return "must be at least " + std::to_string(lo) + got;
+}
+
+// One table being read: each getter looks a key up, remembers it as known and stores a
+// valid value in `out` (leaving the default otherwise); finish() reports the keys nobody
+// asked for.
+class Section {
+ public:
+  Section(const toml::table* table, std::string path, Problems& problems)
+      : table_(table), path_(std::move(path)), problems_(problems) {}
+
+  const toml::node* get(std::string_view key) {
+    known_.insert(std::string(key));
+    return table_ ? table_->get(key) : nullptr;
+  }
+  std::string key_path(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+  void bad(const toml::node& node, std::string_view key, std::string_view what) {
+    problems_.add(node.source(), key_path(key), what);
+  }
+  bool expect(const toml::node& node, std::string_view key, bool ok, std::string_view wanted) {
+    if (!ok)
+      bad(node, key,
+          std::string("expected ") + std::string(wanted) + ", got " + std::string(type_name(node)));
+    return ok;
+  }
+
+  void string(std::string_view key, std::string& out) {
+    const toml::node* n = get(key);
+    if (!n || !expect(*n, key, n->is_string(), "a string")) return;
+    if (n->as_string()->get().empty()) return bad(*n, key, "must not be empty");
+    out = n->as_string()->get();
+  }
+
+  template <typename Int>
+  void integer(std::string_view key, Int& out, int64_t lo, int64_t hi) {
+    const toml::node* n = get(key);
+    if (!n || !expect(*n, key, n->is_integer(), "an integer")) return;
+    const int64_t v = n->as_integer()->get();
+    if (v < lo || v > hi) return bad(*n, key, range_text(v, lo, hi));
+    out = static_cast<Int>(v);
+  }
+
+  void real(std::string_view key, double& out, double lo, double hi, std::string_view range) {
+    const toml::node* n = get(key);
+    if (!n || !expect(*n, key, n->is_number(), "a number")) return;
+    const double v = n->is_integer() ? static_cast<double>(n->as_integer()->get())
+                                     : n->as_floating_point()->get();
+    if (!(v >= lo && v <= hi)) return bad(*n, key, std::string(range) + ", got " + toml_text(*n));
+    out = v;
+  }
+
+  // Returns the node it read (for cross-key checks), or null.
+  const toml::node* duration(std::string_view key, Duration& out, bool positive = false) {
+    const toml::node* n = get(key);
+    if (!n || !expect(*n, key, n->is_string(), "a duration string like \"30s\"")) return nullptr;
+    auto parsed = parse_duration(n->as_string()->get());
+    if (!parsed.ok()) return bad(*n, key, parsed.error().message()), nullptr;
+    if (positive && parsed.value() <= Duration::zero())
+      return bad(*n, key, "must be greater than 0"), nullptr;
+    out = parsed.value();
+    return n;
+  }
+
+  template <typename E>
+  void choice(std::string_view key, E& out,
+              std::initializer_list<std::pair<std::string_view, E>> options) {
+    const toml::node* n = get(key);
+    if (!n || !expect(*n, key, n->is_string(), "a string")) return;
+    std::string names;
+    for (const auto& [name, value] : options) {
+      if (n->as_string()->get() == name) return void(out = value);
+      (names += names.empty() ? "\"" : ", \"") += std::string(name) + "\"";
+    }
+    bad(*n, key, "expected one of " + names + ", got " + toml_text(*n));
+  }
+
+  // A sub-table (null when absent or not a table, the latter reported).
+  const toml::table* table(std::string_view key) {
+    const toml::node* n = get(key);
+    if (!n || !expect(*n, key, n->is_table(), "a table")) return nullptr;
+    return n->as_table();
+  }
+
+  void finish() {
+    if (!table_) return;
+    for (const auto& [key, node] : *table_) {
+      if (known_.count(std::string(key.str())) != 0) continue;
+      problems_.add(key.source(), key_path(key.str()),
+                    node.is_table() ? "unknown section" : "unknown key");
+    }
+  }
+
+  static std::string toml_text(const toml::node& n) {
+    if (n.is_string()) return "\"" + n.as_string()->get() + "\"";
+    if (n.is_integer()) return std::to_string(n.as_integer()->get());
+    if (n.is_floating_point()) return std::to_string(n.as_floating_point()->get());
+    return std::string(type_name(n));
+  }
+
+ private:
+  const toml::table* table_;
+  std::string path_;
+  Problems& problems_;
+  std::set<std::string> known_;
+};
+
+void read_job(Section s, JobConfig& c) {
+  s.string("id", c.job_id);
+  s.integer("nproc", c.nproc, 1, kMaxU32);
+  s.string("checkpoint_dir", c.checkpoint_dir);
+  s.string("run_dir", c.run_dir);
+  s.string("master_addr", c.master_addr);
+  s.integer("master_port", c.master_port, 1, 65535);
+  if (const toml::node* n = s.get("command");
+      n && s.expect(*n, "command", n->is_array(), "an array of strings")) {
+    std::vector<std::string> command;
+    const toml::array& items = *n->as_array();
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string key = "command[" + std::to_string(i) + "]";
+      if (s.expect(items[i], key, items[i].is_string(), "a string"))
+        command.push_back(items[i].as_string()->get());
+    }
+    if (command.size() == items.size()) c.command = std::move(command);
+  }
+  if (const toml::table* env = s.table("env")) {
+    for (const auto& [key, node] : *env) {
+      const std::string name = "env." + std::string(key.str());
+      if (s.expect(node, name, node.is_string(), "a string"))
+        c.env[std::string(key.str())] = node.as_string()->get();
+    }
+  }
+  s.finish();
+}
+
+void read_checkpoint(Section s, JobConfig& c) {
+  s.choice("interval", c.interval_mode,
+           {{"steps", IntervalMode::kSteps},
+            {"time", IntervalMode::kTime},
+            {"auto", IntervalMode::kAuto}});
+  s.integer("every_steps", c.every_steps, 1, kMaxI64);
+  s.duration("every", c.every, true);
+  s.duration("mtbf", c.mtbf, true);
+  s.choice("resume_verify", c.resume_verify,
+           {{"size", VerifyMode::kSize}, {"checksum", VerifyMode::kChecksum}});
+  s.integer("keep_last", c.keep_last, 0, kMaxU32);
+  s.integer("keep_every", c.keep_every, 0, kMaxI64);
+  s.duration("commit_timeout", c.commit_timeout, true);
+  s.finish();
+}
+
+void read_budget(Section s, RestartBudget& b) {
+  s.integer("max_restarts", b.max_restarts, 0, kMaxU32);
+  s.duration("window", b.window, true);
+  s.finish();
+}
+
+void read_restart(Section s, JobConfig& c, Problems& problems) {
+  const toml::node* initial = s.duration("backoff_initial", c.backoff_initial);
+  const toml::node* max = s.duration("backoff_max", c.backoff_max);
+  if ((initial || max) && c.backoff_max < c.backoff_initial) {
+    s.bad(max ? *max : *initial, max ? "backoff_max" : "backoff_initial",
+          "backoff_max (" + format_duration(c.backoff_max) + ") is below backoff_initial (" +
+              format_duration(c.backoff_initial) + ")");
+  }
+  s.real("backoff_multiplier", c.backoff_multiplier, 1.0, 1000.0, "must be between 1 and 1000");
+  s.real("backoff_jitter", c.backoff_jitter, 0.0, 0.99, "must be between 0 and 0.99");
+  s.duration("healthy_after", c.healthy_after);
+  s.integer("no_progress_limit", c.no_progress_limit, 0, kMaxU32);
+  if (const toml::node* n = s.get("preemption_exit_codes");
+      n && s.expect(*n, "preemption_exit_codes", n->is_array(), "an array of integers")) {
+    std::vector<int> codes;
+    const toml::array& items = *n->as_array();
+    for (size_t i = 0; i < items.size(); ++i) {
+      const std::string key = "[" + std::to_string(i) + "]";
+      if (!s.expect(items[i], "preemption_exit_codes" + key, items[i].is_integer(), "an integer"))
+        continue;
+      const int64_t v = items[i].as_integer()->get();
+      if (v < 1 || v > 255)
+        s.bad(items[i], "preemption_exit_codes" + key, range_text(v, 1, 255));
+      else
+        codes.push_back(static_cast<int>(v));
+    }
+    if (codes.size() == items.size()) c.preemption_exit_codes = std::move(codes);
+  }
+  const std::pair<const char*, RestartBudget*> budgets[] = {{"crash", &c.crash},
+                                                            {"hang", &c.hang},
+                                                            {"infrastructure", &c.infrastructure},
+                                                            {"preempted", &c.preempted}};
+  for (const auto& [name, budget] : budgets) {
+    if (const toml::table* t = s.table(name))
+      read_budget(Section(t, s.key_path(name), problems), *budget);
+  }
+  s.finish();
+}
+
+void read_stop(Section s, JobConfig& c) {
+  if (const toml::node* n = s.get("checkpoint_signal");
+      n && s.expect(*n, "checkpoint_signal", n->is_string(), "a signal name like \"SIGUSR1\"")) {
+    const std::string& name = n->as_string()->get();
+    const std::optional<int> number = policies::signal_number(name);
+    if (!number)
+      s.bad(*n, "checkpoint_signal", "unknown signal '" + name + "' (use a name like \"SIGUSR1\")");
+    else if (*number == SIGKILL || *number == SIGSTOP)
+      s.bad(*n, "checkpoint_signal", name + " cannot be caught by the job; use e.g. \"SIGUSR1\"");
+    else
+      c.checkpoint_signal = *number;
+  }
+  s.duration("grace", c.grace);
+  s.duration("safety_margin", c.safety_margin);
+  s.duration("term_grace", c.term_grace);
+  s.finish();
+}
+
+void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
+  Section s(&root, "", problems);
+  auto section = [&](std::string_view name) {
+    return Section(s.table(name), std::string(name), problems);
+  };
+  read_job(section("job"), c);
+  read_checkpoint(section("checkpoint"), c);
+  read_restart(section("restart"), c, problems);
+  {
+    Section health = section("health");
+    health.duration("hang_timeout", c.hang_timeout);
+    health.duration("startup_timeout", c.startup_timeout);
+    health.finish();
+  }
+  read_stop(section("stop"), c);
+  {
+    Section metrics = section("metrics");
+    metrics.integer("port", c.metrics_port, 0, 65535);
+    metrics.finish();
+  }
+  {
+    Section log = section("log");
+    log.choice("format", c.log_format, {{"text", "text"}, {"json", "json"}});
+    log.choice("level", c.log_level,
+               {{"trace", "trace"},
+                {"debug", "debug"},
+                {"info", "info"},
+                {"warn", "warn"},
+                {"error", "error"},
+                {"critical", "critical"},
+                {"off", "off"}});
+    log.finish();
+  }
+  s.get("hooks");  // parsed by hooks/ from the same file
+  s.get("agent");  // the agent's own settings, parsed by agent/
+  s.finish();
+}
+
+}  // namespace
+
+Result<JobConfig> parse_job_config(std::string_view toml_text, std::string_view source_name) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, source_name);
+  } catch (const toml::parse_error& e) {
+    const auto& at = e.source().begin;
+    return Error(ErrorCode::kInvalid, std::string(source_name) + ":" + std::to_string(at.line) +
+                                          ":" + std::to_string(at.column) + ": " +
+                                          std::string(e.description()));
+  }
+  JobConfig config;
+  Problems problems(source_name);
+  read_root(root, config, problems);
+  SG_RETURN_IF_ERROR(problems.status());
+  return config;
+}
+
+Result<JobConfig> load_job_config(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return Error::from_errno("open config '" + path + "'", errno);
+  std::string text;
+  char buf[8192];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+  const int err = std::ferror(f) ? errno : 0;
+  std::fclose(f);
+  if (err != 0) return Error::from_errno("read config '" + path + "'", err);
+  return parse_job_config(text, path);
+}
+
+}  // namespace shardguard::supervisor

@@ -1,0 +1,49 @@
+#include "supervisor/rank_env.h"
+
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+namespace shardguard::supervisor {
+
+std::string absolute_path(const std::string& path) {
+  std::error_code ec;
+  auto abs = std::filesystem::absolute(path, ec);
+  return ec ? path : abs.lexically_normal().string();
+}
+
+std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uint32_t rank) {
+  const JobConfig& c = in.config;
+  std::map<std::string, std::string> env = c.env;
+  const std::string r = std::to_string(rank), w = std::to_string(c.nproc);
+  env["SHARDGUARD_JOB_ID"] = c.job_id;
+  env["SHARDGUARD_ATTEMPT"] = std::to_string(in.attempt);
+  env["SHARDGUARD_RANK"] = r;
+  env["SHARDGUARD_WORLD_SIZE"] = w;
+  env["SHARDGUARD_LOCAL_RANK"] = r;
+  env["RANK"] = r;
+  env["WORLD_SIZE"] = w;
+  env["LOCAL_RANK"] = r;
+  env["LOCAL_WORLD_SIZE"] = w;
+  env["MASTER_ADDR"] = c.master_addr;
+  env["MASTER_PORT"] = std::to_string(c.master_port);
+  env["SHARDGUARD_CHECKPOINT_DIR"] = absolute_path(c.checkpoint_dir);
+  env["SHARDGUARD_CONTROL_SOCKET"] = in.control_socket;
+  env["SHARDGUARD_CHECKPOINT_SIGNAL"] = std::to_string(c.checkpoint_signal);
+  if (c.interval_mode == IntervalMode::kSteps)
+    env["SHARDGUARD_CHECKPOINT_EVERY_STEPS"] = std::to_string(c.every_steps);
+  else
+    env["SHARDGUARD_CHECKPOINT_EVERY_STEPS"] = "0";
+  if (!in.resume_manifest.empty())
+    env["SHARDGUARD_RESUME_MANIFEST"] = absolute_path(in.resume_manifest);
+  return env;
+}
+
+std::string control_socket_path(const std::string& run_dir) {
+  std::string path = absolute_path(run_dir) + "/control.sock";
+  if (path.size() < sizeof(sockaddr_un::sun_path) - 1) return path;
+  return "/tmp/shardguard-" + std::to_string(::getpid()) + ".sock";
+}
+
+}  // namespace shardguard::supervisor

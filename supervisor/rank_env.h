@@ -1,0 +1,29 @@
+// The environment each rank is started with (DESIGN.md section 4): shardguard's variables
+// and torch's names, plus the job's own extra variables. Pure functions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "supervisor/job_config.h"
+
+namespace shardguard::supervisor {
+
+struct RankEnvInputs {
+  const JobConfig& config;
+  uint64_t attempt;
+  std::string resume_manifest;  // empty: fresh start
+  std::string control_socket;
+};
+
+std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uint32_t rank);
+
+// <run_dir>/control.sock as an absolute path, or a name under /tmp when that would not fit
+// in a Unix socket address.
+std::string control_socket_path(const std::string& run_dir);
+
+// Absolute form of `path` (relative to the current directory).
+std::string absolute_path(const std::string& path);
+
+}  // namespace shardguard::supervisor

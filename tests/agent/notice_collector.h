@@ -1,0 +1,20 @@
+// Helpers shared by the agent tests: a notice sink that records what a source delivered.
+#pragma once
+
+#include <vector>
+
+#include "agent/notice.h"
+
+namespace shardguard::testing {
+
+struct NoticeCollector {
+  std::vector<agent::Notice> notices;
+  agent::NoticeSource::Callback sink() {
+    return [this](const agent::Notice& n) { notices.push_back(n); };
+  }
+};
+
+// The FakeClock's default start, for building expected wall times.
+inline WallTime fake_wall_start() { return WallTime(std::chrono::seconds(1'700'000'000)); }
+
+}  // namespace shardguard::testing

@@ -1,0 +1,152 @@
+// hooks::Client against a real ControlServer: hello and heartbeats arrive, the agent's
+// schedule and checkpoint_now are followed, an emergency save ends in should_exit(); and
+// the checkpoint signal alone (no socket) asks for an emergency save of the step at hand.
+#include "hooks/client.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/reader.h"
+#include "tests/hooks/control_fixture.h"
+
+using namespace std::chrono_literals;
+using namespace shardguard;
+using namespace shardguard::hooks;
+using shardguard::testing::ControlFixture;
+using shardguard::testing::TempDir;
+
+namespace {
+
+std::unique_ptr<Client> make_client(const std::string& ckpt_dir, const std::string& socket) {
+  ClientOptions o;
+  o.job_id = "test-job";
+  o.checkpoint_dir = ckpt_dir;
+  o.control_socket = socket;
+  o.under_shardguard = !socket.empty();
+  auto c = Client::create(o);
+  if (!c.ok()) FAIL(c.error().message());
+  return std::move(c).value();
+}
+
+// Polls `pred` (client state changes on its reader thread) for up to 5 s.
+template <typename Pred>
+bool eventually(Pred pred) {
+  for (auto until = std::chrono::steady_clock::now() + 5s; std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(2ms))
+    if (pred()) return true;
+  return false;
+}
+
+Status save_step(Client& c, uint64_t step) {
+  static const std::vector<float> data = {1.5f, -2.0f, 3.25f};
+  auto w = c.begin_save(step);
+  SG_RETURN_IF_ERROR(
+      w.add_tensor("w", checkpoint::DType::kF32, {3}, std::as_bytes(std::span(data))));
+  w.set_rank_state({"rng", "{\"i\":1}", "null"});
+  w.set_global_state({step, "null", "null"});
+  return c.save(std::move(w));
+}
+
+}  // namespace
+
+TEST_CASE("client: hello and heartbeats reach the agent", "[integration]") {
+  ControlFixture f;
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path());
+  REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
+  auto hello = f.record().hellos[0];
+  CHECK(hello.pid == ::getpid());
+  CHECK(hello.rank == 0);
+  c->heartbeat(5);
+  REQUIRE(f.wait([](const auto& r) { return !r.heartbeats.empty(); }));
+  CHECK(f.record().heartbeats.back() == std::pair<uint32_t, uint64_t>{0, 5});
+}
+
+TEST_CASE("client: follows the agent's schedule", "[integration]") {
+  ControlFixture f(Schedule{3, 0});
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path());
+  REQUIRE(eventually([&] { return c->should_checkpoint(3); }));  // once the schedule arrived
+  CHECK_FALSE(c->should_checkpoint(4));
+  CHECK(c->should_checkpoint(6));
+  f.send_all(Schedule{0, 0});  // off
+  REQUIRE(eventually([&] { return !c->should_checkpoint(9); }));
+}
+
+TEST_CASE("client: a periodic checkpoint_now asks for one save at that step", "[integration]") {
+  ControlFixture f;
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path());
+  REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
+  f.send_all(CheckpointNow{0, "periodic", 4});
+  REQUIRE(eventually([&] { return c->should_checkpoint(4); }));
+  CHECK_FALSE(c->should_checkpoint(5));  // once only
+  CHECK_FALSE(c->emergency().has_value());
+}
+
+TEST_CASE("client: checkpoint_now{at_step}, emergency save, then should_exit", "[integration]") {
+  ControlFixture f;
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path());
+  REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
+  const int64_t deadline = to_unix_ms(RealClock::instance().wall_now() + 60s);
+  f.send_all(CheckpointNow{deadline, "aws-spot-interruption", 7});
+  REQUIRE(eventually([&] { return c->emergency().has_value(); }));
+  CHECK(c->emergency()->reason == "aws-spot-interruption");
+  CHECK(to_unix_ms(c->emergency()->deadline) == deadline);
+  CHECK_FALSE(c->should_checkpoint(6));
+  REQUIRE(c->should_checkpoint(7));
+  CHECK_FALSE(c->should_exit());
+  auto st = save_step(*c, 7);
+  if (!st.ok()) FAIL(st.error().message());
+  CHECK(c->should_exit());
+  CHECK(c->last_committed_step() == 7);
+  CHECK_FALSE(c->should_checkpoint(8));  // nothing more after the emergency save
+  REQUIRE(f.wait([](const auto& r) { return r.committed.size() == 1; }));
+  auto r = f.record();
+  CHECK(r.begins == std::vector<std::pair<uint32_t, uint64_t>>{{0, 7}});
+  CHECK(r.committed == std::vector<std::pair<uint32_t, uint64_t>>{{0, 7}});
+  auto reader =
+      checkpoint::CheckpointReader::open(PosixFilesystem::instance(), ckpt / "step-000000007");
+  REQUIRE(reader.ok());
+  CHECK(reader->manifest().reason == checkpoint::SaveReason::kEmergency);
+}
+
+TEST_CASE("client: stop from the agent means exit", "[integration]") {
+  ControlFixture f;
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path());
+  REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
+  f.send_all(Stop{0});
+  CHECK(eventually([&] { return c->should_exit(); }));
+}
+
+TEST_CASE("client: a failed save is reported as checkpoint_failed", "[integration]") {
+  ControlFixture f;
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path());
+  auto w = c->begin_save(3);  // rank 0 without the global state: finish() refuses
+  CHECK_FALSE(c->save(std::move(w)).ok());
+  REQUIRE(f.wait([](const auto& r) { return r.failed.size() == 1; }));
+  CHECK_THAT(f.record().failed[0].second, Catch::Contains("global state"));
+}
+
+TEST_CASE("client: SIGUSR1 alone (no socket) asks for an emergency save at the current step",
+          "[integration]") {
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), "");
+  CHECK_FALSE(c->should_checkpoint(11));
+  REQUIRE(::raise(SIGUSR1) == 0);  // the handler only sets a flag
+  REQUIRE(c->should_checkpoint(12));
+  REQUIRE(c->emergency().has_value());
+  CHECK(c->emergency()->at_step == 12);
+  CHECK(c->emergency()->reason == "signal");
+  CHECK_FALSE(c->should_exit());
+  auto st = save_step(*c, 12);
+  if (!st.ok()) FAIL(st.error().message());
+  CHECK(c->should_exit());
+}

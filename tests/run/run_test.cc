@@ -1,0 +1,158 @@
+// `shardguard run` end to end with real processes: kills, hangs, crash loops, SIGTERM, and
+// the final weights compared bit for bit with an uninterrupted run.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "tests/run/run_fixture.h"
+
+using namespace shardguard::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::vector<std::string> kTrain = {"--steps", "300", "--rows", "64", "--log-every", "0",
+                                         "--checkpoint-every", "50"};
+
+// `base` with the options of `more` added, replacing the value of any already there.
+std::vector<std::string> with(std::vector<std::string> base, const std::vector<std::string>& more) {
+  for (size_t i = 0; i + 1 < more.size(); i += 2) {
+    auto it = std::find(base.begin(), base.end(), more[i]);
+    if (it != base.end() && it + 1 != base.end()) {
+      *(it + 1) = more[i + 1];
+    } else {
+      base.push_back(more[i]);
+      base.push_back(more[i + 1]);
+    }
+  }
+  return base;
+}
+
+std::string run_log(const RunDirs& d) { return slurp(d.log()); }
+
+}  // namespace
+
+TEST_CASE("kill -9 of one rank: every rank relaunched from the last commit, same weights",
+          "[run][integration]") {
+  RunDirs d;
+  write_config(d);
+  auto train = with(kTrain, {"--sleep-ms", "3"});
+  Background run(run_argv(d, 2, train), d.log());
+  // Wait for a committed checkpoint and rank 1's pid, then kill it.
+  REQUIRE(eventually([&] { return !events_named(d, "checkpoint_committed").empty(); }, 20s));
+  pid_t victim = 0;
+  for (const auto& e : events_named(d, "hello"))
+    if (field(e, "rank") == "1") victim = std::stoi(field(e, "pid"));
+  REQUIRE(victim > 0);
+  REQUIRE(::kill(victim, SIGKILL) == 0);
+  auto code = run.wait(60s);
+  INFO(run_log(d));
+  REQUIRE(code == 0);
+
+  auto launches = events_named(d, "launch");
+  REQUIRE(launches.size() == 2);
+  CHECK(std::stoll(field(launches[1], "resume_step")) >= 50);
+  auto ends = events_named(d, "attempt_end");
+  REQUIRE(ends.size() == 2);
+  CHECK(field(ends[0], "class") == "crash");
+  CHECK_THAT(field(ends[0], "detail"), Catch::Contains("rank 1"));
+  CHECK(final_hash(d.ckpt()) == reference_hash(kTrain));
+}
+
+TEST_CASE("SIGTERM to shardguard run: emergency checkpoint, exit 75, the next run resumes",
+          "[run][integration]") {
+  RunDirs d;
+  // [stop] needs a grace too, so this config is written in full.
+  std::ofstream(d.config()) << "[job]\ncheckpoint_dir = \"" << d.ckpt() << "\"\nrun_dir = \""
+                            << d.run() << "\"\n[restart]\nbackoff_initial = \"10ms\"\n"
+                            << "[stop]\ngrace = \"20s\"\nterm_grace = \"2s\"\n"
+                            << "[checkpoint]\nevery_steps = 1000\n";
+  auto train = with(kTrain, {"--sleep-ms", "5", "--checkpoint-every", "1000"});
+  {
+    Background run(run_argv(d, 2, train), d.log());
+    REQUIRE(eventually([&] { return events_named(d, "hello").size() == 2; }, 20s));
+    std::this_thread::sleep_for(300ms);
+    run.signal(SIGTERM);
+    auto code = run.wait(30s);
+    INFO(run_log(d));
+    REQUIRE(code == 75);
+  }
+  auto committed = events_named(d, "checkpoint_committed");
+  REQUIRE(committed.size() == 1);
+  auto ls = run_command(shardguard_bin() + " ckpt ls " + d.ckpt());
+  CHECK_THAT(ls.out, Catch::Contains("emergency"));
+  CHECK(events_named(d, "finish").back().fields.size() >= 2);
+
+  // The next run (a new machine) resumes from the emergency checkpoint and finishes.
+  Background again(run_argv(d, 2, train), d.log());
+  REQUIRE(again.wait(60s) == 0);
+  auto launches = events_named(d, "launch");
+  REQUIRE(launches.size() == 2);
+  CHECK(field(launches[1], "resume_step") == field(committed[0], "step"));
+  CHECK(final_hash(d.ckpt()) == reference_hash(with(kTrain, {"--checkpoint-every", "1000"})));
+}
+
+TEST_CASE("A rank that stops heartbeating is detected, reported and relaunched",
+          "[run][integration]") {
+  RunDirs d;
+  write_config(d, "[health]\nhang_timeout = \"1s\"\n");
+  auto train = with(kTrain, {"--hang-at-step", "120", "--fault-rank", "1"});
+  Background run(run_argv(d, 2, train), d.log());
+  auto code = run.wait(60s);
+  INFO(run_log(d));
+  REQUIRE(code == 0);
+  auto hangs = events_named(d, "hang");
+  REQUIRE(hangs.size() == 1);
+  CHECK(field(hangs[0], "rank") == "1");
+  CHECK(std::filesystem::exists(field(hangs[0], "report")));
+  CHECK_THAT(slurp(field(hangs[0], "report")), Catch::Contains("wchan"));
+  CHECK(field(events_named(d, "attempt_end")[0], "class") == "hang");
+  CHECK(final_hash(d.ckpt()) == reference_hash(kTrain));
+}
+
+TEST_CASE("A crash loop gives up with the diagnosis", "[run][integration]") {
+  RunDirs d;
+  write_config(d, "[restart.crash]\nmax_restarts = 2\nwindow = \"1h\"\n");
+  auto train = with(kTrain, {"--fail-at-step", "70", "--fault-attempt", "-1", "--fail-code", "3"});
+  Background run(run_argv(d, 1, train), d.log());
+  auto code = run.wait(60s);
+  INFO(run_log(d));
+  REQUIRE(code == 76);
+  auto give_up = events_named(d, "give_up");
+  REQUIRE(give_up.size() == 1);
+  CHECK(events_named(d, "launch").size() == 3);
+  CHECK_FALSE(field(give_up[0], "why").empty());
+}
+
+TEST_CASE("Preemptions do not count against the crash budget", "[run][integration]") {
+  RunDirs d;
+  write_config(d, "[restart.crash]\nmax_restarts = 1\nwindow = \"1h\"\n", 20);
+  // Every attempt is "preempted" (exit 75) 30 steps after it resumed; checkpoints every 20.
+  auto train = with(kTrain, {"--checkpoint-every", "20", "--steps", "150", "--fail-after", "30",
+                             "--fault-attempt", "-1", "--fail-code", "75"});
+  Background run(run_argv(d, 1, train), d.log());
+  auto code = run.wait(60s);
+  INFO(run_log(d));
+  REQUIRE(code == 0);
+  CHECK(events_named(d, "launch").size() > 3);
+  auto ends = events_named(d, "attempt_end");
+  for (size_t i = 0; i + 1 < ends.size(); ++i) CHECK(field(ends[i], "class") == "preempted");
+  CHECK(field(ends.back(), "class") == "success");
+}
+
+TEST_CASE("Teardown leaves no process of the tree behind", "[run][integration]") {
+  RunDirs d;
+  write_config(d);
+  const std::string pid_file = d.tmp / "grandchild.pid";
+  auto train = with(kTrain, {"--sleep-ms", "3", "--spawn-child", pid_file, "--fail-at-step",
+                             "100", "--fault-rank", "1"});
+  Background run(run_argv(d, 2, train), d.log());
+  REQUIRE(eventually([&] { return std::filesystem::exists(pid_file) &&
+                                  !slurp(pid_file).empty(); }, 20s));
+  const int grandchild = std::stoi(slurp(pid_file));
+  auto code = run.wait(60s);
+  INFO(run_log(d));
+  REQUIRE(code == 0);
+  // The sleeping grandchild of rank 0 was in its process group: the teardown killed it.
+  CHECK_FALSE(std::filesystem::exists("/proc/" + std::to_string(grandchild)));
+}
