@@ -10,8 +10,9 @@
 
 #include "cli/exit_codes.h"
 #include "io/event_loop.h"
+#include "io/http_server.h"
 #include "io/process.h"
-#include "io/signals.h"
+#include "agent/embedded_agent.h"
 #include "supervisor/job_config_toml.h"
 #include "supervisor/rank_env.h"
 #include "supervisor/supervisor.h"
@@ -78,25 +79,56 @@ int run(const RunArgs& a) {
                                   PosixFilesystem::instance(), [&] { return uniform(rng); }};
   supervisor::Supervisor sup(deps, *cfg);
 
-  // SIGTERM (Kubernetes, Slurm GraceTime) and SIGINT (a person): checkpoint, then stop.
-  io::SignalWatcher signals(loop);
-  auto on_signal = [&](int sig) {
-    sup.request_stop({sig == SIGINT ? "sigint" : "sigterm",
-                      RealClock::instance().wall_now() + cfg->grace, true});
+  // The embedded agent: SIGTERM (Kubernetes, Slurm GraceTime), SIGINT (a person), the
+  // configured notice signals (Slurm --signal), the drain file and cloud notices all become
+  // "checkpoint, then stop"; advisories become an extra checkpoint.
+  agent::EmbeddedAgent node_agent(loop, RealClock::instance(), timers, PosixFilesystem::instance(),
+                                  cfg->agent, cfg->grace, drain_file_path(cfg->run_dir));
+  std::optional<agent::Notice> last_notice;
+  auto on_notice = [&](const agent::Notice& n) {
+    const std::string reason = n.source == "signal" || n.source == "drain"
+                                   ? n.kind
+                                   : n.source + "-" + n.kind;  // "aws-spot-interruption"
+    if (!n.is_preemption) return sup.request_checkpoint(reason);
+    last_notice = n;
+    sup.request_stop({reason, n.deadline, true});
   };
-  (void)signals.watch(SIGTERM, on_signal);
-  (void)signals.watch(SIGINT, on_signal);
+  sup.set_on_emergency_committed([&](uint64_t) {
+    if (last_notice) node_agent.acknowledge(*last_notice);
+  });
+
+  // Prometheus metrics, on loopback unless SHARDGUARD_METRICS_ADDRESS says otherwise.
+  std::unique_ptr<io::HttpServer> metrics;
+  if (cfg->metrics_port != 0) {
+    const char* addr = std::getenv("SHARDGUARD_METRICS_ADDRESS");
+    metrics = std::make_unique<io::HttpServer>(loop, addr ? addr : "127.0.0.1", cfg->metrics_port);
+    metrics->handle("/metrics", [&] { return io::HttpReply{200, "text/plain; version=0.0.4", sup.metrics_text()}; });
+    if (auto st = metrics->start(); !st.ok()) {
+      std::fprintf(stderr, "shardguard run: metrics: %s\n", st.error().message().c_str());
+      return kExitUsage;
+    }
+    spdlog::info("metrics on http://{}:{}/metrics", addr ? addr : "127.0.0.1", metrics->port());
+  }
 
   if (auto st = sup.start(); !st.ok()) {
     std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
     return kExitFailure;
   }
+  if (auto st = node_agent.start(on_notice); !st.ok()) {
+    std::fprintf(stderr, "shardguard run: agent: %s\n", st.error().message().c_str());
+    sup.request_stop({"agent-failed", RealClock::instance().wall_now(), false});
+  }
   while (!sup.finished()) loop.run_until([&] { return sup.finished(); }, std::chrono::hours(24));
-  signals.cancel();
+  node_agent.stop();
+  if (metrics) metrics->stop();
   return sup.exit_code();
 }
 
 }  // namespace
+
+std::string drain_file_path(const std::string& run_dir) {
+  return supervisor::absolute_path(run_dir) + "/drain";
+}
 
 void add_run_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<RunArgs>();

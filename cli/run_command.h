@@ -2,6 +2,8 @@
 // and `shardguard status --run-dir R`: the run's timeline as a table.
 #pragma once
 
+#include <string>
+
 namespace CLI {
 class App;
 }
@@ -9,6 +11,9 @@ class App;
 namespace shardguard::cli {
 
 void add_run_command(CLI::App& app, int* exit_code);
+void add_drain_command(CLI::App& app, int* exit_code);
+// Where `shardguard drain` leaves its request for the run in `run_dir`.
+std::string drain_file_path(const std::string& run_dir);
 void add_status_command(CLI::App& app, int* exit_code);
 
 }  // namespace shardguard::cli

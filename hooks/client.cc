@@ -89,7 +89,8 @@ struct Client::Impl {
       if (auto* s = std::get_if<Schedule>(&*msg)) {
         schedule = *s;
       } else if (auto* c = std::get_if<CheckpointNow>(&*msg)) {
-        if (c->reason == "periodic")
+        // Periodic and advisory requests are plain saves; anything else is an emergency.
+        if (c->reason == "periodic" || c->reason.rfind("advisory:", 0) == 0)
           periodic_at_step = c->at_step;
         else
           emergency = EmergencyRequest{from_unix_ms(c->deadline_unix_ms), c->reason, c->at_step};

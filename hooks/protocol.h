@@ -55,7 +55,9 @@ struct Schedule {
 };
 struct CheckpointNow {
   int64_t deadline_unix_ms = 0;
-  std::string reason;  // "aws-spot-interruption", "sigterm", "drain", ...
+  // "periodic" and "advisory:..." ask for a plain save; any other reason ("aws
+  // spot-interruption", "sigterm", "drain", ...) is an emergency: save, then exit.
+  std::string reason;
   uint64_t at_step = 0;  // checkpoint when the step counter reaches this
 };
 struct Stop {

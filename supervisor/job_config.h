@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/agent_config.h"
 #include "core/clock.h"
 
 namespace shardguard::supervisor {
@@ -66,6 +67,9 @@ struct JobConfig {
   Duration grace = std::chrono::seconds(30);      // emergency budget on SIGTERM/SIGINT
   Duration safety_margin = std::chrono::seconds(2);  // deadline minus this
   Duration term_grace = std::chrono::seconds(10);  // SIGTERM -> SIGKILL during teardown
+
+  // [agent]: notice sources of the embedded agent.
+  agent::AgentSettings agent;
 
   // [metrics]
   uint16_t metrics_port = 0;  // 0: off

@@ -298,6 +298,33 @@ void read_stop(Section s, JobConfig& c) {
   s.finish();
 }
 
+void read_agent(Section s, agent::AgentSettings& a) {
+  s.choice("clouds", a.clouds,
+           {{"none", "none"}, {"auto", "auto"}, {"aws", "aws"}, {"gcp", "gcp"}, {"azure", "azure"}});
+  s.string("aws_url", a.aws_url);
+  s.string("gcp_url", a.gcp_url);
+  s.string("azure_url", a.azure_url);
+  s.string("azure_vm_name", a.azure_vm_name);
+  s.duration("poll_interval", a.poll_interval, true);
+  if (const toml::node* n = s.get("notice_signals");
+      n && s.expect(*n, "notice_signals", n->is_array(), "an array of signal names")) {
+    for (const auto& item : *n->as_array()) {
+      const auto* name = item.as_string();
+      const std::optional<int> number = name ? policies::signal_number(name->get()) : std::nullopt;
+      if (!number || *number == SIGKILL || *number == SIGSTOP) {
+        s.bad(item, "notice_signals",
+              "expected catchable signal names like \"SIGUSR1\", got " + Section::toml_text(item));
+        continue;
+      }
+      a.notice_signals.push_back(*number);
+    }
+  }
+  s.duration("signal_grace", a.signal_grace, true);
+  s.string("drain_file", a.drain_file);
+  s.duration("drain_grace", a.drain_grace, true);
+  s.finish();
+}
+
 void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   Section s(&root, "", problems);
   auto section = [&](std::string_view name) {
@@ -332,7 +359,7 @@ void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
     log.finish();
   }
   s.get("hooks");  // parsed by hooks/ from the same file
-  s.get("agent");  // the agent's own settings, parsed by agent/
+  read_agent(section("agent"), c.agent);
   s.finish();
 }
 

@@ -99,6 +99,7 @@ struct Supervisor::Impl {
   SteadyTime first_step_time{};
 
   std::optional<StopRequest> stop;
+  std::function<void(uint64_t)> on_emergency_committed;
 
   // Metrics.
   std::map<std::string, uint64_t> restarts;
@@ -369,6 +370,7 @@ struct Supervisor::Impl {
     apply_retention();
     if (state == SupervisorState::kCheckpointing && step >= emergency_at_step) {
       state = SupervisorState::kDraining;
+      if (on_emergency_committed) on_emergency_committed(step);
       // The ranks exit by themselves after an emergency save; give them a moment.
       const Duration left = stop->deadline - d.clock.wall_now();
       drain_timer->arm(std::clamp<Duration>(left, 0s, 10s),
@@ -511,6 +513,20 @@ Status Supervisor::start() {
 }
 
 void Supervisor::request_stop(const StopRequest& request) { impl_->request_stop(request); }
+
+void Supervisor::request_checkpoint(const std::string& reason) {
+  Impl& m = *impl_;
+  if (m.finished || m.state != SupervisorState::kRunning || m.tearing_down) return;
+  const uint64_t at = m.control->max_step() + m.step_margin();
+  // "advisory:" keeps it a plain save on the job side: the ranks do not stop after it.
+  m.control->send_all(hooks::CheckpointNow{
+      to_unix_ms(m.d.clock.wall_now() + m.cfg.commit_timeout), "advisory:" + reason, at});
+  m.events.write("checkpoint_request", {{"at_step", at}, {"reason", reason}});
+}
+
+void Supervisor::set_on_emergency_committed(std::function<void(uint64_t)> callback) {
+  impl_->on_emergency_committed = std::move(callback);
+}
 bool Supervisor::finished() const { return impl_->finished; }
 int Supervisor::exit_code() const { return impl_->exit_code; }
 SupervisorState Supervisor::state() const { return impl_->state; }

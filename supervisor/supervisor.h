@@ -56,6 +56,10 @@ class Supervisor {
   Status start();
   // Runs the emergency flow (or ends a backoff) and stops. Safe to call repeatedly.
   void request_stop(const StopRequest& request);
+  // An extra checkpoint without stopping (an advisory notice such as AWS rebalance).
+  void request_checkpoint(const std::string& reason);
+  // Called when the emergency checkpoint has committed (e.g. to acknowledge Azure's event).
+  void set_on_emergency_committed(std::function<void(uint64_t step)> callback);
   // True once the job has ended; exit_code() is then the code of `shardguard run`.
   bool finished() const;
   int exit_code() const;

@@ -14,7 +14,4 @@ struct NoticeCollector {
   }
 };
 
-// The FakeClock's default start, for building expected wall times.
-inline WallTime fake_wall_start() { return WallTime(std::chrono::seconds(1'700'000'000)); }
-
 }  // namespace shardguard::testing

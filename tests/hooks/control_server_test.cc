@@ -182,7 +182,8 @@ namespace {
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) ::_exit(10);
-  if (::write(fd, hello.data(), hello.size()) < 0) ::_exit(11);
+  // The server may have closed already: no SIGPIPE, a failed send means refused.
+  if (::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL) < 0) ::_exit(11);
   pollfd p{fd, POLLIN, 0};
   if (::poll(&p, 1, 2000) <= 0) ::_exit(11);
   char buf[256];

@@ -1,0 +1,50 @@
+// `shardguard drain --run-dir R [--deadline 60s] [--reason TEXT]`: an operator's "checkpoint
+// and stop" for a running `shardguard run`, through its drain file.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+
+#include "agent/drain_source.h"
+#include "cli/exit_codes.h"
+#include "cli/run_command.h"
+#include "core/units.h"
+
+namespace shardguard::cli {
+namespace {
+
+struct DrainArgs {
+  std::string run_dir;
+  std::string deadline = "60s";
+  std::string reason = "operator drain";
+};
+
+int drain(const DrainArgs& a) {
+  auto within = parse_duration(a.deadline);
+  if (!within.ok()) {
+    std::fprintf(stderr, "shardguard drain: --deadline: %s\n", within.error().message().c_str());
+    return kExitUsage;
+  }
+  const std::string path = drain_file_path(a.run_dir);
+  const WallTime deadline = RealClock::instance().wall_now() + *within;
+  if (auto st = agent::write_drain_request(PosixFilesystem::instance(), path, deadline, a.reason);
+      !st.ok()) {
+    std::fprintf(stderr, "shardguard drain: %s\n", st.error().message().c_str());
+    return kExitFailure;
+  }
+  std::printf("drain requested: the run in '%s' checkpoints and stops within %s\n",
+              a.run_dir.c_str(), format_duration(*within).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_drain_command(CLI::App& app, int* exit_code) {
+  auto a = std::make_shared<DrainArgs>();
+  auto* cmd = app.add_subcommand("drain", "Ask a running `shardguard run` to checkpoint and stop");
+  cmd->add_option("--run-dir", a->run_dir, "the run directory of `shardguard run`")->required();
+  cmd->add_option("--deadline", a->deadline, "time the job has to checkpoint")->capture_default_str();
+  cmd->add_option("--reason", a->reason, "recorded in the events")->capture_default_str();
+  cmd->callback([a, exit_code] { *exit_code = drain(*a); });
+}
+
+}  // namespace shardguard::cli
