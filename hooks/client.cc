@@ -24,13 +24,14 @@ using namespace std::chrono_literals;
 std::atomic<bool> g_signal_seen{false};
 extern "C" void on_checkpoint_signal(int) { g_signal_seen.store(true); }
 
-Status install_signal(int sig) {
+// Installs the flag-setting handler, keeping the old disposition in `previous`.
+Status install_signal(int sig, struct sigaction* previous) {
   if (sig == 0) return {};
   struct sigaction sa {};
   sa.sa_handler = on_checkpoint_signal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  if (::sigaction(sig, &sa, nullptr) != 0)
+  if (::sigaction(sig, &sa, previous) != 0)
     return Error::from_errno("install handler for signal " + std::to_string(sig), errno);
   return {};
 }
@@ -48,6 +49,8 @@ struct Client::Impl {
   std::mutex send_mu;
   std::thread reader;
   std::atomic<bool> closing{false};
+  struct sigaction previous_handler {};
+  bool handler_installed = false;
 
   mutable std::mutex mu;
   Schedule schedule;
@@ -166,6 +169,8 @@ Client::~Client() {
   impl_->join_saver();
   impl_->closing = true;
   if (impl_->reader.joinable()) impl_->reader.join();
+  if (impl_->handler_installed)
+    ::sigaction(impl_->opt.checkpoint_signal, &impl_->previous_handler, nullptr);
 }
 
 Result<std::unique_ptr<Client>> Client::from_env(ClientOptions defaults) {
@@ -179,11 +184,14 @@ Result<std::unique_ptr<Client>> Client::create(ClientOptions opt) {
   auto impl = std::make_unique<Impl>();
   impl->opt = std::move(opt);
   impl->schedule.every_steps = impl->opt.every_steps;
-  SG_RETURN_IF_ERROR(install_signal(impl->opt.checkpoint_signal));
   if (!impl->opt.control_socket.empty()) {
     auto sock = io::UnixSocketClient::connect(impl->opt.control_socket);
     if (!sock.ok()) return std::move(sock).error().context("control socket");
     impl->socket.emplace(std::move(*sock));
+  }
+  SG_RETURN_IF_ERROR(install_signal(impl->opt.checkpoint_signal, &impl->previous_handler));
+  impl->handler_installed = impl->opt.checkpoint_signal != 0;
+  if (impl->socket) {
     impl->send(Hello{impl->opt.rank, impl->opt.world_size, ::getpid(), impl->opt.job_id,
                      impl->opt.attempt});
     impl->reader = std::thread([p = impl.get()] { p->read_loop(); });
@@ -250,6 +258,8 @@ std::optional<EmergencyRequest> Client::emergency() const {
   std::lock_guard lock(impl_->mu);
   return impl_->emergency;
 }
+
+void Client::notify_signal() { g_signal_seen.store(true); }
 
 bool Client::should_exit() const {
   std::lock_guard lock(impl_->mu);

@@ -79,6 +79,9 @@ class Client {
   // checkpoint_now) whose at_step has been reached.
   bool should_checkpoint(uint64_t step);
   std::optional<EmergencyRequest> emergency() const;
+  // For hosts that catch the checkpoint signal themselves (Python's signal module): the
+  // same as the signal arriving. The flag is process-wide, as the signal is.
+  void notify_signal();
   // True once an emergency checkpoint is committed or the agent said stop: exit cleanly.
   bool should_exit() const;
 

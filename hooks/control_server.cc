@@ -39,6 +39,11 @@ struct ControlServer::Impl {
       return;
     }
     if (auto* h = std::get_if<Hello>(&*msg)) {
+      // A connection that re-introduces itself as another rank gives up the old one.
+      if (auto old = rank_of.find(id); old != rank_of.end() && old->second != h->rank) {
+        conn_of.erase(old->second);
+        ranks[old->second].connected = false;
+      }
       RankStatus& r = ranks[h->rank];
       r = RankStatus{h->rank, h->pid, h->attempt, 0, SteadyTime{}, true, std::nullopt};
       rank_of[id] = h->rank;

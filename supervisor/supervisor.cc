@@ -119,6 +119,22 @@ struct Supervisor::Impl {
 
   // ---- attempts -------------------------------------------------------------------------
 
+  // Attempt numbers keep growing across `shardguard run` invocations on the same run dir
+  // and checkpoints, so fencing can tell a zombie of an earlier run from the current one.
+  uint64_t first_attempt_number() {
+    uint64_t next = 0;
+    if (auto past = read_events(events.path()); past.ok())
+      for (const auto& e : *past)
+        if (e.type == "launch")
+          for (const auto& [k, v] : e.fields)
+            if (k == "attempt") next = std::max<uint64_t>(next, std::stoull(v) + 1);
+    if (auto entries = checkpoint::list_checkpoints(d.fs, cfg.checkpoint_dir, checkpoint::Verify::kSize);
+        entries.ok())
+      for (const auto& e : *entries)
+        if (e.manifest) next = std::max(next, e.manifest->attempt + 1);
+    return next;
+  }
+
   // Newest complete checkpoint (the one before it when `use_previous`), logging skips.
   std::optional<checkpoint::CatalogEntry> pick_resume() {
     const auto verify = cfg.resume_verify == VerifyMode::kChecksum ? checkpoint::Verify::kChecksum
@@ -504,6 +520,7 @@ Status Supervisor::start() {
   m.deadline_timer = m.d.timers.make_timer();
   m.drain_timer = m.d.timers.make_timer();
   m.periodic_timer = m.d.timers.make_timer();
+  m.attempt = m.first_attempt_number();
   m.run_start = m.d.clock.now();
   m.failure_rate.set_start(m.run_start);
   m.events.write("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
