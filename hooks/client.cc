@@ -222,7 +222,7 @@ void Client::heartbeat(uint64_t step) {
   {
     std::lock_guard lock(impl_->mu);
     impl_->last_step = step;
-    if (now - impl_->last_heartbeat < 20ms && impl_->last_heartbeat != SteadyTime{}) return;
+    if (now - impl_->last_heartbeat < 100ms && impl_->last_heartbeat != SteadyTime{}) return;
     impl_->last_heartbeat = now;
   }
   impl_->send(Heartbeat{step});

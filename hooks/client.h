@@ -73,7 +73,7 @@ class Client {
   // kNotFound on a fresh start.
   Result<checkpoint::CheckpointReader> open_resume() const;
 
-  // Tells the agent this rank reached `step` (at most one message per 20 ms).
+  // Tells the agent this rank reached `step` (at most one message per 100 ms).
   void heartbeat(uint64_t step);
   // True when this step must be saved: the periodic schedule, or an emergency (signal or
   // checkpoint_now) whose at_step has been reached.

@@ -4,6 +4,7 @@
 #include "io/process.h"
 
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -86,7 +87,8 @@ Result<UniqueFd> open_log(const std::string& program, const char* which, const s
 
 // Runs in the forked child: only async-signal-safe calls until exec.
 [[noreturn]] void exec_child(int error_fd, int in_fd, int out_fd, int err_fd, const char* cwd,
-                             const char* path, char* const* argv, char* const* envp) {
+                             const char* path, char* const* argv, char* const* envp,
+                             pid_t parent) {
   auto fail = [error_fd](int stage) {
     ChildFailure failure{stage, errno};
     ssize_t ignored = ::write(error_fd, &failure, sizeof failure);
@@ -94,6 +96,12 @@ Result<UniqueFd> open_log(const std::string& program, const char* which, const s
     ::_exit(127);
   };
   if (::setpgid(0, 0) != 0) fail(0);
+  // Die with the launcher: a supervisor killed with SIGKILL (the OOM killer) leaves no
+  // rank running on behind it. Checked again after, in case the parent is already gone.
+  if (parent > 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+  }
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -151,12 +159,13 @@ Result<std::unique_ptr<ChildProcess>> PosixProcessLauncher::launch(const Process
     return Error::from_errno("launch '" + program + "': pipe", errno);
   UniqueFd error_read(pipe_fds[0]), error_write(pipe_fds[1]);
 
+  const pid_t parent = spec.die_with_parent ? ::getpid() : 0;
   const pid_t pid = ::fork();
   if (pid < 0) return Error::from_errno("launch '" + program + "': fork", errno);
   if (pid == 0) {
     exec_child(error_write.get(), in_fd.get(), out_fd.get(), stderr_source,
                spec.cwd.empty() ? nullptr : spec.cwd.c_str(), path.c_str(), argv.data(),
-               envp.data());
+               envp.data(), parent);
   }
   ::setpgid(pid, pid);  // also here, so the group exists whichever side runs first
   error_write.reset();

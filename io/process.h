@@ -54,6 +54,9 @@ struct ProcessSpec {
   std::string stdout_path;
   std::string stderr_path;
   bool stdin_null = true;  // stdin from /dev/null (false: inherit)
+  // SIGKILL the child when the launching process dies (PR_SET_PDEATHSIG): a rank never
+  // outlives its supervisor. Note: Linux ties this to the launching thread.
+  bool die_with_parent = false;
 };
 
 class ChildProcess {

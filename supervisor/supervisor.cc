@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/paths.h"
@@ -97,6 +98,8 @@ struct Supervisor::Impl {
   std::map<uint64_t, SteadyTime> save_begin;
   uint64_t first_step = 0;
   SteadyTime first_step_time{};
+  std::set<uint32_t> ready_ranks;  // ranks that heartbeated in this attempt
+  bool ranks_ready = false;
 
   std::optional<StopRequest> stop;
   std::function<void(uint64_t)> on_emergency_committed;
@@ -174,6 +177,8 @@ struct Supervisor::Impl {
     save_begin.clear();
     first_step = 0;
     first_step_time = {};
+    ready_ranks.clear();
+    ranks_ready = false;
     attempt_start = d.clock.now();
 
     auto resume = pick_resume();
@@ -190,6 +195,7 @@ struct Supervisor::Impl {
       spec.argv = cfg.command;
       spec.env = rank_environment(in, r);
       spec.stdout_path = spec.stderr_path = join_path(dir, "rank-" + std::to_string(r) + ".log");
+      spec.die_with_parent = true;
       auto child = d.launcher.launch(spec);
       if (!child.ok()) {
         // The command cannot start at all: restarting will not help.
@@ -319,12 +325,13 @@ struct Supervisor::Impl {
   // ---- emergency ------------------------------------------------------------------------
 
   uint64_t step_margin() const {
-    // Enough steps that no rank passes at_step before the request reaches it.
+    // Enough steps that no rank passes at_step before the request reaches it: heartbeats
+    // come at most every 100 ms, so the known step can lag that much, plus delivery.
     const uint64_t max_step = control->max_step();
     const double elapsed = seconds(d.clock.now() - first_step_time);
     if (first_step_time == SteadyTime{} || elapsed <= 0) return 2;
     const double rate = double(max_step - first_step) / elapsed;
-    return std::max<uint64_t>(2, static_cast<uint64_t>(std::ceil(rate * 0.25)));
+    return std::max<uint64_t>(2, static_cast<uint64_t>(std::ceil(rate * 0.3)) + 1);
   }
 
   void request_stop(const StopRequest& req) {
@@ -366,6 +373,14 @@ struct Supervisor::Impl {
     if (first_step_time == SteadyTime{}) {
       first_step_time = d.clock.now();
       first_step = r.step;
+    }
+    if (!ranks_ready && r.attempt == attempt) {
+      ready_ranks.insert(r.rank);
+      if (ready_ranks.size() == cfg.nproc) {
+        ranks_ready = true;
+        events.write("ranks_ready", {{"attempt", attempt},
+                                     {"seconds_since_launch", seconds(d.clock.now() - attempt_start)}});
+      }
     }
   }
 
