@@ -13,6 +13,8 @@
 #include "io/http_server.h"
 #include "io/process.h"
 #include "agent/embedded_agent.h"
+#include "hooks/lifecycle.h"
+#include "io/http_client.h"
 #include "supervisor/job_config_toml.h"
 #include "supervisor/rank_env.h"
 #include "supervisor/supervisor.h"
@@ -78,6 +80,18 @@ int run(const RunArgs& a) {
   supervisor::SupervisorDeps deps{loop, RealClock::instance(), timers, launcher,
                                   PosixFilesystem::instance(), [&] { return uniform(rng); }};
   supervisor::Supervisor sup(deps, *cfg);
+
+  // The job's [[hooks]]: commands and webhooks on lifecycle events, never blocking the loop.
+  io::BeastHttpClient hook_http(loop);
+  auto hooks = hooks::LifecycleHooks::create(loop, launcher, hook_http, timers,
+                                             RealClock::instance(), cfg->hooks);
+  if (!hooks.ok()) {
+    std::fprintf(stderr, "shardguard run: hooks: %s\n", hooks.error().message().c_str());
+    return kExitUsage;
+  }
+  sup.set_on_lifecycle([&](std::string_view event, std::map<std::string, std::string> fields) {
+    (*hooks)->fire(event, std::move(fields));
+  });
 
   // The embedded agent: SIGTERM (Kubernetes, Slurm GraceTime), SIGINT (a person), the
   // configured notice signals (Slurm --signal), the drain file and cloud notices all become

@@ -13,6 +13,7 @@
 
 #include "agent/agent_config.h"
 #include "core/clock.h"
+#include "hooks/lifecycle.h"
 
 namespace shardguard::supervisor {
 
@@ -67,6 +68,9 @@ struct JobConfig {
   Duration grace = std::chrono::seconds(30);      // emergency budget on SIGTERM/SIGINT
   Duration safety_margin = std::chrono::seconds(2);  // deadline minus this
   Duration term_grace = std::chrono::seconds(10);  // SIGTERM -> SIGKILL during teardown
+
+  // [[hooks]]: commands and webhooks run on lifecycle events.
+  std::vector<hooks::HookSpec> hooks;
 
   // [agent]: notice sources of the embedded agent.
   agent::AgentSettings agent;

@@ -325,6 +325,36 @@ void read_agent(Section s, agent::AgentSettings& a) {
   s.finish();
 }
 
+// [[hooks]]: an array of tables {event, command = [argv], url, timeout, retries}.
+void read_hooks(Section& root, std::vector<hooks::HookSpec>& out, Problems& problems) {
+  const toml::node* n = root.get("hooks");
+  if (n == nullptr) return;
+  if (!root.expect(*n, "hooks", n->is_array_of_tables(), "[[hooks]] tables")) return;
+  size_t i = 0;
+  for (const auto& item : *n->as_array()) {
+    Section h(item.as_table(), "hooks[" + std::to_string(i++) + "]", problems);
+    hooks::HookSpec spec;
+    h.string("event", spec.event);
+    if (const toml::node* cmd = h.get("command");
+        cmd && h.expect(*cmd, "command", cmd->is_array(), "an array of strings (argv)")) {
+      for (const auto& arg : *cmd->as_array()) {
+        if (!arg.is_string()) {
+          h.bad(arg, "command", "expected strings, got " + Section::toml_text(arg));
+          continue;
+        }
+        spec.command.push_back(arg.as_string()->get());
+      }
+    }
+    h.string("url", spec.url);
+    h.duration("timeout", spec.timeout, true);
+    h.integer("retries", spec.retries, 0, hooks::kMaxHookRetries);
+    if (auto st = hooks::validate_hook(spec); !st.ok())
+      problems.add(item.source(), "hooks", st.error().message());
+    h.finish();
+    out.push_back(std::move(spec));
+  }
+}
+
 void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   Section s(&root, "", problems);
   auto section = [&](std::string_view name) {
@@ -358,7 +388,7 @@ void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
                 {"off", "off"}});
     log.finish();
   }
-  s.get("hooks");  // parsed by hooks/ from the same file
+  read_hooks(s, c.hooks, problems);
   read_agent(section("agent"), c.agent);
   s.finish();
 }

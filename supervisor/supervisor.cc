@@ -103,6 +103,13 @@ struct Supervisor::Impl {
 
   std::optional<StopRequest> stop;
   std::function<void(uint64_t)> on_emergency_committed;
+  std::function<void(std::string_view, std::map<std::string, std::string>)> on_lifecycle;
+
+  void lifecycle(std::string_view event, std::map<std::string, std::string> fields) {
+    fields["job_id"] = cfg.job_id;
+    fields["attempt"] = std::to_string(attempt);
+    if (on_lifecycle) on_lifecycle(event, std::move(fields));
+  }
 
   // Metrics.
   std::map<std::string, uint64_t> restarts;
@@ -308,6 +315,8 @@ struct Supervisor::Impl {
       events.write("give_up", {{"attempt", attempt}, {"class", std::string(policies::exit_class_name(cls))},
                                {"why", decision.reason}});
       spdlog::error("giving up: {}", decision.reason);
+      lifecycle("give_up", {{"class", std::string(policies::exit_class_name(cls))},
+                            {"reason", decision.reason}});
       return finish(SupervisorState::kFailed, kExitGaveUpCode);
     }
     restarts[std::string(policies::exit_class_name(cls))]++;
@@ -317,6 +326,8 @@ struct Supervisor::Impl {
     events.write("backoff", {{"attempt", attempt}, {"seconds", seconds(delay)},
                              {"why", decision.reason}});
     spdlog::info("restarting in {} ({})", format_duration(delay), decision.reason);
+    lifecycle("restart", {{"class", std::string(policies::exit_class_name(cls))},
+                          {"reason", decision.reason}, {"detail", description}});
     state = SupervisorState::kBackoff;
     ++attempt;
     backoff_timer->arm(delay, [this] { launch_attempt(); });
@@ -341,6 +352,8 @@ struct Supervisor::Impl {
     events.write("notice", {{"reason", req.reason}, {"deadline_unix_ms", to_unix_ms(req.deadline)},
                             {"seconds_left", seconds(left)}});
     spdlog::warn("stop requested ({}): {} left", req.reason, format_duration(left));
+    lifecycle("preempt_notice", {{"reason", req.reason},
+                                 {"deadline_unix_ms", std::to_string(to_unix_ms(req.deadline))}});
     if (state == SupervisorState::kBackoff || state == SupervisorState::kPending) {
       if (backoff_timer) backoff_timer->cancel();
       return finish(SupervisorState::kPreempted, kExitPreemptedCode);
@@ -398,6 +411,7 @@ struct Supervisor::Impl {
     events.write("checkpoint_committed", {{"attempt", attempt}, {"step", step},
                                           {"seconds", seconds(took)}, {"manifest", manifest}});
     spdlog::info("checkpoint of step {} committed in {}", step, format_duration(took));
+    lifecycle("checkpoint_committed", {{"step", std::to_string(step)}, {"manifest", manifest}});
     apply_retention();
     if (state == SupervisorState::kCheckpointing && step >= emergency_at_step) {
       state = SupervisorState::kDraining;
@@ -554,6 +568,11 @@ void Supervisor::request_checkpoint(const std::string& reason) {
   m.control->send_all(hooks::CheckpointNow{
       to_unix_ms(m.d.clock.wall_now() + m.cfg.commit_timeout), "advisory:" + reason, at});
   m.events.write("checkpoint_request", {{"at_step", at}, {"reason", reason}});
+}
+
+void Supervisor::set_on_lifecycle(
+    std::function<void(std::string_view, std::map<std::string, std::string>)> cb) {
+  impl_->on_lifecycle = std::move(cb);
 }
 
 void Supervisor::set_on_emergency_committed(std::function<void(uint64_t)> callback) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -58,6 +59,10 @@ class Supervisor {
   void request_stop(const StopRequest& request);
   // An extra checkpoint without stopping (an advisory notice such as AWS rebalance).
   void request_checkpoint(const std::string& reason);
+  // Called on lifecycle events ("preempt_notice", "checkpoint_committed", "restart",
+  // "give_up", "node_unhealthy") with their fields, e.g. to run the job's [[hooks]].
+  void set_on_lifecycle(
+      std::function<void(std::string_view event, std::map<std::string, std::string> fields)> cb);
   // Called when the emergency checkpoint has committed (e.g. to acknowledge Azure's event).
   void set_on_emergency_committed(std::function<void(uint64_t step)> callback);
   // True once the job has ended; exit_code() is then the code of `shardguard run`.

@@ -156,3 +156,33 @@ TEST_CASE("Teardown leaves no process of the tree behind", "[run][integration]")
   // The sleeping grandchild of rank 0 was in its process group: the teardown killed it.
   CHECK_FALSE(std::filesystem::exists("/proc/" + std::to_string(grandchild)));
 }
+
+TEST_CASE("[[hooks]] commands run on lifecycle events with the fields in the environment",
+          "[run][integration]") {
+  RunDirs d;
+  const std::string out = d.tmp / "hook.log";
+  write_config(d, "[[hooks]]\nevent = \"restart\"\ncommand = [\"/bin/sh\", \"-c\", "
+                  "\"echo restart $SHARDGUARD_EVENT_CLASS >> " + out + "\"]\ntimeout = \"5s\"\n"
+                  "[[hooks]]\nevent = \"checkpoint_committed\"\ncommand = [\"/bin/sh\", \"-c\", "
+                  "\"echo committed $SHARDGUARD_EVENT_STEP >> " + out + "\"]\n");
+  auto train = with(kTrain, {"--fail-at-step", "120", "--fail-code", "3"});
+  Background run(run_argv(d, 1, train), d.log());
+  REQUIRE(run.wait(60s) == 0);
+  REQUIRE(eventually([&] { return slurp(out).find("committed 300") != std::string::npos; }, 5s));
+  const std::string log = slurp(out);
+  CHECK_THAT(log, Catch::Contains("restart crash"));
+  CHECK_THAT(log, Catch::Contains("committed 50"));
+}
+
+TEST_CASE("A config error names the file, line and key; --check-config validates",
+          "[run][integration]") {
+  RunDirs d;
+  std::ofstream(d.config()) << "[job]\nnproc = 2\n[checkpoint]\nevery = \"5 min\"\n";
+  auto bad = run_command(shardguard_bin() + " run --config " + d.config() + " -- true");
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.err, Catch::Contains(d.config() + ":4: checkpoint.every"));
+  write_config(d);
+  auto good = run_command(shardguard_bin() + " run --check-config --config " + d.config() + " -- true");
+  CHECK(good.exit_code == 0);
+  CHECK_THAT(good.out, Catch::Contains("config OK"));
+}
