@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   cli::add_run_command(app, &exit_code);
   cli::add_status_command(app, &exit_code);
   cli::add_drain_command(app, &exit_code);
+  cli::add_agent_command(app, &exit_code);
 
   // Logging is set up before any subcommand callback runs.
   app.parse_complete_callback([&] {

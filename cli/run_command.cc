@@ -13,6 +13,7 @@
 #include "io/http_server.h"
 #include "io/process.h"
 #include "agent/embedded_agent.h"
+#include "agent/health/health_setup.h"
 #include "hooks/lifecycle.h"
 #include "io/http_client.h"
 #include "supervisor/job_config_toml.h"
@@ -128,12 +129,30 @@ int run(const RunArgs& a) {
     std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
     return kExitFailure;
   }
+  // Node health: a fatal finding (a GPU fell off the bus, uncorrectable ECC, disk full)
+  // stops the job with an emergency checkpoint so the scheduler moves it.
+  agent::HealthSettings health = cfg->node_health;
+  if (health.checkpoint_dir.empty()) health.checkpoint_dir = cfg->checkpoint_dir;
+  auto monitor = agent::make_health_monitor(
+      health, {loop, RealClock::instance(), timers, PosixFilesystem::instance(), launcher,
+               [&] { return uniform(rng); }});
+  if (monitor && health.enabled) {
+    monitor->start(
+        [&](const std::vector<agent::HealthFinding>& evidence) {
+          std::string text;
+          for (const auto& f : evidence) text += (text.empty() ? "" : "; ") + f.check + ": " + f.evidence;
+          sup.report_unhealthy(text);
+        },
+        [] { spdlog::info("node healthy again"); });
+  }
+
   if (auto st = node_agent.start(on_notice); !st.ok()) {
     std::fprintf(stderr, "shardguard run: agent: %s\n", st.error().message().c_str());
     sup.request_stop({"agent-failed", RealClock::instance().wall_now(), false});
   }
   while (!sup.finished()) loop.run_until([&] { return sup.finished(); }, std::chrono::hours(24));
   node_agent.stop();
+  if (monitor) monitor->stop();
   if (metrics) metrics->stop();
   return sup.exit_code();
 }

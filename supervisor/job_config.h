@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "agent/agent_config.h"
+#include "agent/health/health_config.h"
 #include "core/clock.h"
 #include "hooks/lifecycle.h"
 
@@ -62,6 +63,9 @@ struct JobConfig {
   // [health]
   Duration hang_timeout = std::chrono::minutes(5);  // no heartbeat this long after the first
   Duration startup_timeout = std::chrono::minutes(0);  // 0: no limit before the first
+
+  // [health] node checks of the embedded agent (GPU, XIDs, disk, memory).
+  agent::HealthSettings node_health;
 
   // [stop]
   int checkpoint_signal = 10;                     // SIGUSR1

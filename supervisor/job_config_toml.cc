@@ -321,8 +321,48 @@ void read_agent(Section s, agent::AgentSettings& a) {
   }
   s.duration("signal_grace", a.signal_grace, true);
   s.string("drain_file", a.drain_file);
+  if (const toml::node* n = s.get("run_dirs");
+      n && s.expect(*n, "run_dirs", n->is_array(), "an array of run directories")) {
+    for (const auto& item : *n->as_array()) {
+      if (!item.is_string() || item.as_string()->get().empty())
+        s.bad(item, "run_dirs", "expected non-empty strings, got " + Section::toml_text(item));
+      else
+        a.run_dirs.push_back(item.as_string()->get());
+    }
+  }
   s.duration("drain_grace", a.drain_grace, true);
   s.finish();
+}
+
+void flag(Section& s, std::string_view key, bool& out) {
+  if (const toml::node* n = s.get(key); n && s.expect(*n, key, n->is_boolean(), "true or false"))
+    out = n->as_boolean()->get();
+}
+
+void size(Section& s, std::string_view key, uint64_t& out) {
+  const toml::node* n = s.get(key);
+  if (!n || !s.expect(*n, key, n->is_string(), "a size string like \"10GiB\"")) return;
+  auto parsed = parse_size(n->as_string()->get());
+  if (!parsed.ok()) return s.bad(*n, key, parsed.error().message());
+  out = *parsed;
+}
+
+// The node checks: checks = false turns them all off.
+void read_node_health(Section& s, agent::HealthSettings& h) {
+  flag(s, "checks", h.enabled);
+  flag(s, "gpu", h.gpu);
+  flag(s, "xid", h.xid);
+  flag(s, "disk", h.disk);
+  flag(s, "memory", h.memory);
+  s.string("nvml_library", h.nvml_library);
+  s.integer("expected_gpus", h.expected_gpus, -1, 1024);
+  s.string("kernel_log", h.kernel_log);
+  size(s, "disk_warning", h.disk_warning_bytes);
+  size(s, "disk_fatal", h.disk_fatal_bytes);
+  Duration interval{0};
+  if (s.duration("check_interval", interval, true))
+    for (auto* p : {&h.gpu_policy, &h.xid_policy, &h.disk_policy, &h.memory_policy})
+      p->interval = interval;
 }
 
 // [[hooks]]: an array of tables {event, command = [argv], url, timeout, retries}.
@@ -367,6 +407,7 @@ void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
     Section health = section("health");
     health.duration("hang_timeout", c.hang_timeout);
     health.duration("startup_timeout", c.startup_timeout);
+    read_node_health(health, c.node_health);
     health.finish();
   }
   read_stop(section("stop"), c);

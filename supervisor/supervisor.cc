@@ -102,6 +102,7 @@ struct Supervisor::Impl {
   bool ranks_ready = false;
 
   std::optional<StopRequest> stop;
+  bool node_unhealthy = false;
   std::function<void(uint64_t)> on_emergency_committed;
   std::function<void(std::string_view, std::map<std::string, std::string>)> on_lifecycle;
 
@@ -293,6 +294,7 @@ struct Supervisor::Impl {
         ctx.exits.push_back({rk.rank, rk.exit->signaled, rk.exit->code, rk.exit->signal});
     ctx.notice_active = stop.has_value();
     ctx.hang_detected = hang_detected;
+    ctx.node_unhealthy = node_unhealthy;
     ctx.torn_down_by_us = std::any_of(ranks.begin(), ranks.end(),
                                       [](const Rank& r) { return r.killed_by_us; });
     ctx.preemption_exit_codes = cfg.preemption_exit_codes;
@@ -559,6 +561,16 @@ Status Supervisor::start() {
 }
 
 void Supervisor::request_stop(const StopRequest& request) { impl_->request_stop(request); }
+
+void Supervisor::report_unhealthy(const std::string& evidence) {
+  Impl& m = *impl_;
+  if (m.finished || m.node_unhealthy) return;
+  m.node_unhealthy = true;
+  m.events.write("node_unhealthy", {{"attempt", m.attempt}, {"evidence", evidence}});
+  spdlog::error("node unhealthy: {}", evidence);
+  m.lifecycle("node_unhealthy", {{"evidence", evidence}});
+  m.request_stop({"node-unhealthy", m.d.clock.wall_now() + m.cfg.grace, false});
+}
 
 void Supervisor::request_checkpoint(const std::string& reason) {
   Impl& m = *impl_;

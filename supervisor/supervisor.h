@@ -57,6 +57,9 @@ class Supervisor {
   Status start();
   // Runs the emergency flow (or ends a backoff) and stops. Safe to call repeatedly.
   void request_stop(const StopRequest& request);
+  // The node failed a health check: checkpoint if the ranks can, stop, and exit 75 so the
+  // scheduler places the job on a healthy node (restarting here would not help).
+  void report_unhealthy(const std::string& evidence);
   // An extra checkpoint without stopping (an advisory notice such as AWS rebalance).
   void request_checkpoint(const std::string& reason);
   // Called on lifecycle events ("preempt_notice", "checkpoint_committed", "restart",

@@ -186,3 +186,27 @@ TEST_CASE("A config error names the file, line and key; --check-config validates
   CHECK(good.exit_code == 0);
   CHECK_THAT(good.out, Catch::Contains("config OK"));
 }
+
+TEST_CASE("A fatal XID in the kernel log stops the job with a checkpoint and exit 75",
+          "[run][integration]") {
+  RunDirs d;
+  const std::string kmsg = d.tmp / "kmsg.log";
+  spit(kmsg, "");
+  write_config(d, "[health]\nkernel_log = \"" + kmsg + "\"\ncheck_interval = \"200ms\"\n"
+                  "disk = false\nmemory = false\ngpu = false\n");
+  auto train = with(kTrain, {"--steps", "100000", "--sleep-ms", "2"});
+  Background run(run_argv(d, 2, train), d.log());
+  REQUIRE(eventually([&] { return events_named(d, "hello").size() == 2; }, 20s));
+  std::this_thread::sleep_for(500ms);
+  std::ofstream(kmsg, std::ios::app)
+      << "[12345.678] NVRM: Xid (PCI:0000:10:1c): 79, pid=4242, name=python, GPU has fallen off "
+         "the bus.\n";
+  auto code = run.wait(60s);
+  INFO(slurp(d.log()));
+  REQUIRE(code == 75);
+  auto unhealthy = events_named(d, "node_unhealthy");
+  REQUIRE(unhealthy.size() == 1);
+  CHECK_THAT(field(unhealthy[0], "evidence"), Catch::Contains("79"));
+  CHECK(field(events_named(d, "attempt_end").back(), "class") == "infrastructure");
+  CHECK_THAT(run_command(shardguard_bin() + " ckpt ls " + d.ckpt()).out, Catch::Contains("emergency"));
+}
