@@ -101,9 +101,8 @@ int run(const RunArgs& a) {
                                   cfg->agent, cfg->grace, drain_file_path(cfg->run_dir));
   std::optional<agent::Notice> last_notice;
   auto on_notice = [&](const agent::Notice& n) {
-    const std::string reason = n.source == "signal" || n.source == "drain"
-                                   ? n.kind
-                                   : n.source + "-" + n.kind;  // "aws-spot-interruption"
+    std::string reason = n.source == "signal" ? n.kind : n.source + "-" + n.kind;
+    if (n.source == "drain") reason = n.detail.empty() ? "drain" : "drain: " + n.detail;
     if (!n.is_preemption) return sup.request_checkpoint(reason);
     last_notice = n;
     sup.request_stop({reason, n.deadline, true});

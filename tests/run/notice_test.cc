@@ -87,3 +87,30 @@ TEST_CASE("A cloud preemption notice: emergency checkpoint before the deadline, 
   REQUIRE(launches.size() == 2);
   CHECK(field(launches[1], "resume_step") == field(committed[0], "step"));
 }
+
+TEST_CASE("The standalone agent drains a local run when AWS announces the interruption",
+          "[run][integration]") {
+  auto emulator = MetadataEmulator::start(scenario_for("aws"));
+  REQUIRE(emulator.ok());
+  RunDirs d;
+  write_config(d, "", 1000);  // the run itself watches no cloud
+  const std::string agent_config = d.tmp / "agent.toml";
+  std::ofstream(agent_config) << "[job]\nrun_dir = \"" << (d.tmp / "agent-run") << "\"\n"
+                              << "[agent]\nclouds = \"aws\"\naws_url = \""
+                              << (*emulator)->base_url() << "\"\npoll_interval = \"200ms\"\n"
+                              << "run_dirs = [\"" << d.run() << "\"]\n";
+  const std::vector<std::string> train = {"--steps", "100000", "--rows", "64", "--log-every",
+                                          "0", "--sleep-ms", "2"};
+  Background run(run_argv(d, 2, train), d.log());
+  Background agent({shardguard_bin(), "agent", "--config", agent_config, "--once"},
+                   d.tmp / "agent.log");
+  auto code = run.wait(60s);
+  INFO(slurp(d.log()) << slurp(d.tmp / "agent.log"));
+  REQUIRE(code == 75);
+  CHECK(agent.wait(10s) == 0);
+  CHECK_THAT(slurp(d.tmp / "agent.log"), Catch::Contains("\"kind\":\"spot-interruption\""));
+  auto notices = events_named(d, "notice");
+  REQUIRE(notices.size() == 1);
+  CHECK_THAT(field(notices[0], "reason"), Catch::Contains("aws"));
+  CHECK_THAT(run_command(shardguard_bin() + " ckpt ls " + d.ckpt()).out, Catch::Contains("emergency"));
+}
