@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -46,8 +47,9 @@ std::string status_line(const std::string& status, const char* key) {
 
 std::string gdb_stack(pid_t pid, Duration timeout) {
   if (::access("/usr/bin/gdb", X_OK) != 0) return "(gdb not installed)";
-  char tmpl[] = "/tmp/sg-gdb-XXXXXX";
-  int fd = ::mkstemp(tmpl);
+  std::error_code ec;
+  std::string tmpl = (std::filesystem::temp_directory_path(ec) / "sg-gdb-XXXXXX").string();
+  int fd = ::mkstemp(tmpl.data());
   if (fd < 0) return "(no temp file)";
   pid_t child = ::fork();
   if (child == 0) {
@@ -72,7 +74,7 @@ std::string gdb_stack(pid_t pid, Duration timeout) {
   std::ifstream in(tmpl);
   std::stringstream ss;
   ss << in.rdbuf();
-  ::unlink(tmpl);
+  ::unlink(tmpl.c_str());
   return ss.str();
 }
 

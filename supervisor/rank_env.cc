@@ -43,7 +43,10 @@ std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uin
 std::string control_socket_path(const std::string& run_dir) {
   std::string path = absolute_path(run_dir) + "/control.sock";
   if (path.size() < sizeof(sockaddr_un::sun_path) - 1) return path;
-  return "/tmp/shardguard-" + std::to_string(::getpid()) + ".sock";
+  std::error_code ec;
+  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);  // $TMPDIR or /tmp
+  if (ec) tmp = "/tmp";
+  return (tmp / ("shardguard-" + std::to_string(::getpid()) + ".sock")).string();
 }
 
 }  // namespace shardguard::supervisor
