@@ -94,6 +94,14 @@ int run(const RunArgs& a) {
     (*hooks)->fire(event, std::move(fields));
   });
 
+  // A drain request left from an earlier run (it ended, the file stayed) is not for us.
+  const std::string drain_file = cfg->agent.drain_file.empty() ? drain_file_path(cfg->run_dir)
+                                                               : cfg->agent.drain_file;
+  if (auto exists = PosixFilesystem::instance().exists(drain_file); exists.ok() && *exists) {
+    spdlog::warn("removing a drain request left by an earlier run: {}", drain_file);
+    (void)PosixFilesystem::instance().remove(drain_file);
+  }
+
   // The embedded agent: SIGTERM (Kubernetes, Slurm GraceTime), SIGINT (a person), the
   // configured notice signals (Slurm --signal), the drain file and cloud notices all become
   // "checkpoint, then stop"; advisories become an extra checkpoint.

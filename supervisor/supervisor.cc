@@ -308,7 +308,12 @@ struct Supervisor::Impl {
                                  {"lost_steps", cls == policies::ExitClass::kSuccess ? 0 : lost}});
     spdlog::info("attempt {}: ended: {} ({})", attempt, policies::exit_class_name(cls), description);
 
-    if (stop) return finish(SupervisorState::kPreempted, kExitPreemptedCode);
+    // Training that finished on its own while a notice was pending is simply done.
+    const bool all_done = !ranks.empty() && std::all_of(ranks.begin(), ranks.end(), [](const Rank& r) {
+      return r.exit && r.exit->success() && !r.killed_by_us;
+    });
+    if (stop && !all_done) return finish(SupervisorState::kPreempted, kExitPreemptedCode);
+    if (stop) return finish(SupervisorState::kSucceeded, 0);
     if (cls == policies::ExitClass::kSuccess) return finish(SupervisorState::kSucceeded, 0);
     lost_steps += lost;
     if (cls != policies::ExitClass::kPreempted) failure_rate.record_failure(now);
