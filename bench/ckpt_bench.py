@@ -5,6 +5,12 @@ torch.distributed.checkpoint (DCP) on the same bytes when Debian's python3-torch
 
 Usage: /usr/bin/python3 bench/ckpt_bench.py [--bytes 4GiB] [--dir DIR] [--bin build/bench/sg_bench_ckpt]
 Prints every measurement as it goes and a short table last. Needs fio.
+
+Loads: "cold" right after the files are evicted from the page cache; "reload" right after
+that (the reader reads uncached data with O_DIRECT, so this is a cold load again);
+"warm" after the files were read through the page cache first (as by `cat`).
+The worker reads ReaderOptions from SG_BENCH_READ_THREADS, SG_BENCH_READ_DIRECT,
+SG_BENCH_READ_REQUEST_KIB and SG_BENCH_MIN_PREAD_KIB (see bench/ckpt_bench_main.cc).
 """
 import argparse
 import json
@@ -49,6 +55,16 @@ def drop_file_cache(directory):
             os.fdatasync(fd)
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
             os.close(fd)
+
+
+def cache_files(directory):
+    """Reads every file under `directory` through the page cache."""
+    buf = bytearray(8 << 20)
+    for root, _, files in os.walk(directory):
+        for f in files:
+            with open(os.path.join(root, f), "rb", buffering=0) as fh:
+                while fh.readinto(buf):
+                    pass
 
 
 def run_ranks(binary, cmd, directory, step, world, extra=()):
@@ -180,9 +196,13 @@ def run(args, nbytes, worlds, base):
         cold_wall, louts = run_ranks(args.bin, "load", d, step, world)
         loaded = sum(o["bytes"] for o in louts)
         cold = gbs(loaded, cold_wall)
+        reload_wall, _ = run_ranks(args.bin, "load", d, step, world)
+        reload = gbs(loaded, reload_wall)
+        cache_files(d)
         warm_wall, _ = run_ranks(args.bin, "load", d, step, world)
         warm = gbs(loaded, warm_wall)
-        print(f"  shardguard {world} rank(s): save {save:.2f} GB/s, cold load {cold:.2f} GB/s, warm load {warm:.2f} GB/s")
+        print(f"  shardguard {world} rank(s): save {save:.2f} GB/s, cold load {cold:.2f} GB/s, "
+              f"reload {reload:.2f} GB/s, warm load {warm:.2f} GB/s")
         rows.append((world, save, cold, warm))
         shutil.rmtree(d)
 

@@ -9,6 +9,12 @@
 //
 // The state is 16 F32 tensors of [rows, 4096] (think weights and two Adam moments of a few
 // layers), each split by rows across ranks.
+//
+// `load` takes ReaderOptions from the environment: SG_BENCH_READ_THREADS (io_threads),
+// SG_BENCH_READ_DIRECT (0/1), SG_BENCH_READ_REQUEST_KIB, SG_BENCH_MIN_PREAD_KIB; and for
+// experiments SG_BENCH_ALIGNED=1 (read into 4 KiB-aligned buffers instead of std::vector) and
+// SG_BENCH_LOAD_COLS=N (read column slice rank % N of N, all rows: a box that is not
+// contiguous in the file).
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -16,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -139,18 +146,49 @@ int drop(const std::string& dir, uint64_t step) {
 int load(const std::string& dir, uint64_t step, uint32_t rank, uint32_t world) {
   wait_for_go();
   auto t0 = Clock_::now();
+  ReaderOptions ro;
+  if (const char* t = std::getenv("SG_BENCH_READ_THREADS")) ro.io_threads = std::atoi(t);
+  if (const char* d = std::getenv("SG_BENCH_READ_DIRECT")) ro.direct_io = std::atoi(d) != 0;
+  if (const char* r = std::getenv("SG_BENCH_READ_REQUEST_KIB"))
+    ro.request_bytes = std::strtoull(r, nullptr, 10) << 10;
+  if (const char* m = std::getenv("SG_BENCH_MIN_PREAD_KIB"))
+    ro.min_pread_bytes = std::strtoull(m, nullptr, 10) << 10;
   auto reader = CheckpointReader::open(PosixFilesystem::instance(),
-                                       join_path(dir, step_dir_name(step)));
+                                       join_path(dir, step_dir_name(step)), ro);
   if (!reader.ok()) return die(reader.error());
+  const bool aligned = std::getenv("SG_BENCH_ALIGNED") != nullptr;
+  const char* cols_env = std::getenv("SG_BENCH_LOAD_COLS");
+  const uint64_t cols = cols_env ? std::strtoull(cols_env, nullptr, 10) : 0;
   uint64_t bytes = 0;
   std::vector<std::byte> buf;
+  std::unique_ptr<std::byte, decltype(&std::free)> aligned_buf(nullptr, &std::free);
+  size_t aligned_cap = 0;
   for (const auto& name : reader->tensor_names()) {
     const TensorRecord* t = reader->tensor(name);
     Box box = rank_box(t->shape[0], rank, world);
-    buf.resize(box.volume() * 4);
-    auto st = reader->read(name, box, buf);
+    if (cols > 0) {
+      const uint64_t c0 = (rank % cols) * t->shape[1] / cols;
+      const uint64_t c1 = (rank % cols + 1) * t->shape[1] / cols;
+      box = Box{{0, c0}, {t->shape[0], c1 - c0}};
+    }
+    const size_t size = box.volume() * 4;
+    std::span<std::byte> out;
+    if (aligned) {
+      if (aligned_cap < size) {
+        void* p = nullptr;
+        if (::posix_memalign(&p, 4096, size) != 0) return die(Error(ErrorCode::kInternal, "oom"));
+        std::memset(p, 0, size);
+        aligned_buf.reset(static_cast<std::byte*>(p));
+        aligned_cap = size;
+      }
+      out = {aligned_buf.get(), size};
+    } else {
+      buf.resize(size);
+      out = buf;
+    }
+    auto st = reader->read(name, box, out);
     if (!st.ok()) return die(st.error());
-    bytes += buf.size();
+    bytes += out.size();
   }
   auto t1 = Clock_::now();
   std::printf("{\"cmd\":\"load\",\"rank\":%u,\"bytes\":%llu,\"start_ns\":%lld,\"end_ns\":%lld}\n",

@@ -2,9 +2,18 @@
 // any tensor, assembled from every chunk that overlaps it. This is resharding: R ranks read
 // what W ranks wrote, each asking for its own box.
 //
-// Shards are mapped lazily on first use; each shard's header is parsed and checked against
-// the manifest once (file size, and for every chunk in it: key present, dtype, shape equal
-// to the chunk's box). Checksums are not verified here (see checkpoint/verify.h).
+// Shards are opened and mapped lazily on first use; each shard's header is read (pread) and
+// checked against the manifest once (file size, and for every chunk in it: key present,
+// dtype, shape equal to the chunk's box). Checksums are not verified here (see
+// checkpoint/verify.h).
+//
+// How bytes move: where a chunk's part of the box is made of long runs of bytes contiguous
+// both in the file and in `out` (a row-split chunk read by row boxes is one such run), the
+// runs are cut into requests of ReaderOptions::request_bytes, spread over io_threads
+// threads. A request whose bytes are mostly in the page cache is copied from it (pread into
+// `out`, or memcpy from the mapping when `out` is not aligned like the file); one that is
+// not is read with O_DIRECT into a huge-page buffer and copied into `out` (see direct_io).
+// Shorter runs are copied from the mapping.
 // Thread-safety: all const methods may be called from any number of threads at once; the
 // shard cache is guarded by a mutex. The Filesystem must outlive the reader.
 #pragma once
@@ -27,14 +36,34 @@ namespace shardguard::checkpoint {
 // Largest box tensor_xxh3_64() assembles at once.
 inline constexpr uint64_t kHashBlockBytes = 64ull << 20;
 
+struct ReaderOptions {
+  // Threads reading one read() call's long runs in parallel, the calling thread included.
+  int io_threads = 8;
+  // Long runs are read in requests of at most this many bytes.
+  size_t request_bytes = 4ull << 20;
+  // Runs at least this long are read with pread; shorter ones are copied from the mapping.
+  size_t min_pread_bytes = 64ull << 10;
+  // Requests whose bytes are mostly not in the page cache are read with O_DIRECT where the
+  // filesystem allows, into 2 MiB-aligned transparent-huge-page buffers (the device then gets
+  // request-sized I/Os, not ~1 MiB pieces), then copied into `out`: this skips the page
+  // cache's CPU cost and does not leave the data cached, so a second load of the same bytes
+  // reads the disk again. The reader keeps up to io_threads such buffers (request_bytes
+  // rounded up to 2 MiB each) for reuse. Cached bytes are always read through the cache.
+  // false: every request goes through the page cache.
+  bool direct_io = true;
+};
+
 class CheckpointReader {
  public:
   // `path` is a step directory, its manifest.json, or a Hugging Face directory (or its
   // model.safetensors.index.json). kNotFound when it is none of these; manifest errors
   // are kCorrupt naming the file. Shards are not opened yet.
   static Result<CheckpointReader> open(Filesystem& fs, const std::string& path);
+  static Result<CheckpointReader> open(Filesystem& fs, const std::string& path,
+                                       const ReaderOptions& options);
   // A reader over an already parsed manifest whose files live in `dir`.
-  static CheckpointReader from_manifest(Filesystem& fs, std::string dir, Manifest manifest);
+  static CheckpointReader from_manifest(Filesystem& fs, std::string dir, Manifest manifest,
+                                        const ReaderOptions& options = {});
 
   ~CheckpointReader();
   CheckpointReader(CheckpointReader&&) noexcept;

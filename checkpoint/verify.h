@@ -23,8 +23,10 @@ enum class Verify {
 // Called with bytes verified so far and the total bytes to verify.
 using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
 
-// XXH3-128 of a whole file as 32 hex digits (xxh3_128_hex), read through a mapping in
-// 8 MiB steps; `on_bytes(n)` is called after each step with the n bytes just hashed.
+// XXH3-128 of a whole file as 32 hex digits (xxh3_128_hex), in 8 MiB steps: through a
+// mapping when the file is in the page cache, else (a large file, as after an O_DIRECT save)
+// with O_DIRECT reads a few steps ahead of the hash. `on_bytes(n)` is called after each step
+// with the n bytes just hashed.
 Result<std::string> file_xxh3_128(Filesystem& fs, const std::string& path,
                                   const std::function<void(uint64_t)>& on_bytes = {});
 

@@ -55,6 +55,63 @@ class FaultInjectingFilesystem::File final : public WritableFile {
   uint64_t end_ = 0;
 };
 
+// Reads through the base file, each one a read operation that an armed fault can fail.
+class FaultInjectingFilesystem::ReadFile final : public RandomAccessFile {
+ public:
+  ReadFile(FaultInjectingFilesystem& fs, std::unique_ptr<RandomAccessFile> base)
+      : fs_(fs), base_(std::move(base)) {}
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> out) const override {
+    SG_RETURN_IF_ERROR(
+        fs_.maybe_fail_read("read '" + path() + "' at offset " + std::to_string(offset)));
+    return base_->read_at(offset, out);
+  }
+  uint64_t size() const override { return base_->size(); }
+  bool direct() const override { return base_->direct(); }
+  const std::string& path() const override { return base_->path(); }
+
+ private:
+  FaultInjectingFilesystem& fs_;
+  std::unique_ptr<RandomAccessFile> base_;
+};
+
+void FaultInjectingFilesystem::fail_nth_read(int n, int err, bool sticky) {
+  std::lock_guard lock(mu_);
+  fail_read_at_ = reads_ + n;
+  fail_read_errno_ = err;
+  read_sticky_ = sticky;
+}
+
+int FaultInjectingFilesystem::read_operations() const {
+  std::lock_guard lock(mu_);
+  return reads_;
+}
+
+Status FaultInjectingFilesystem::maybe_fail_read(const std::string& what) {
+  std::lock_guard lock(mu_);
+  ++reads_;
+  if (fail_read_at_ != 0 && (reads_ == fail_read_at_ || (read_sticky_ && reads_ > fail_read_at_)))
+    return Error::from_errno(what + " (injected)", fail_read_errno_);
+  return {};
+}
+
+Result<std::unique_ptr<MappedFile>> FaultInjectingFilesystem::map_readonly(
+    const std::string& path) {
+  SG_RETURN_IF_ERROR(maybe_fail_read("map '" + path + "'"));
+  return base_.map_readonly(path);
+}
+
+Result<std::unique_ptr<RandomAccessFile>> FaultInjectingFilesystem::open_for_read(
+    const std::string& path, ReadOptions options) {
+  SG_RETURN_IF_ERROR(maybe_fail_read("open '" + path + "'"));
+  SG_ASSIGN_OR_RETURN(auto file, base_.open_for_read(path, options));
+  return std::unique_ptr<RandomAccessFile>(std::make_unique<ReadFile>(*this, std::move(file)));
+}
+
+Result<std::string> FaultInjectingFilesystem::read_file(const std::string& path) {
+  SG_RETURN_IF_ERROR(maybe_fail_read("read '" + path + "'"));
+  return base_.read_file(path);
+}
+
 void FaultInjectingFilesystem::fail_nth_operation(int n, int err, bool sticky) {
   std::lock_guard lock(mu_);
   fail_at_ = ops_ + n;
@@ -65,6 +122,7 @@ void FaultInjectingFilesystem::fail_nth_operation(int n, int err, bool sticky) {
 void FaultInjectingFilesystem::clear_faults() {
   std::lock_guard lock(mu_);
   fail_at_ = 0;
+  fail_read_at_ = 0;
 }
 
 int FaultInjectingFilesystem::operations() const {

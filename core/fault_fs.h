@@ -5,6 +5,8 @@
 //   - simulate a power cut: simulate_crash() drops every byte that was not fsynced and
 //     undoes every directory change (create, rename, remove of a file it made) that was not
 //     followed by sync_dir() of that directory.
+//   - fail the N-th read operation (map, open for reading, read_at, read_file), counted
+//     apart from the mutating ones so that arming one never shifts the other.
 // Only files written through this wrapper are tracked. Thread-safe (one mutex).
 #pragma once
 
@@ -24,9 +26,14 @@ class FaultInjectingFilesystem final : public Filesystem {
   // The n-th mutating operation from now (1 = the next one) fails with `err`; with
   // `sticky`, every later one fails too (a disk that stays full).
   void fail_nth_operation(int n, int err = EIO, bool sticky = false);
+  // The n-th read operation from now fails with `err`; with `sticky`, every later one too.
+  void fail_nth_read(int n, int err = EIO, bool sticky = false);
+  // Disarms both kinds of fault.
   void clear_faults();
   // Mutating operations seen so far (open, write, sync, rename, remove, ...).
   int operations() const;
+  // Read operations seen so far (map_readonly, open_for_read, read_at, read_file).
+  int read_operations() const;
 
   // Power cut: truncates each tracked file to its last fsynced length and rolls back
   // directory entries not made durable by sync_dir(). Further writes to files opened
@@ -35,12 +42,10 @@ class FaultInjectingFilesystem final : public Filesystem {
 
   Result<std::unique_ptr<WritableFile>> open_for_write(const std::string& path,
                                                        OpenOptions options) override;
-  Result<std::unique_ptr<MappedFile>> map_readonly(const std::string& path) override {
-    return base_.map_readonly(path);
-  }
-  Result<std::string> read_file(const std::string& path) override {
-    return base_.read_file(path);
-  }
+  Result<std::unique_ptr<MappedFile>> map_readonly(const std::string& path) override;
+  Result<std::unique_ptr<RandomAccessFile>> open_for_read(const std::string& path,
+                                                          ReadOptions options) override;
+  Result<std::string> read_file(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;
   Status sync_dir(const std::string& dir) override;
   Result<std::vector<DirEntry>> list(const std::string& dir) override { return base_.list(dir); }
@@ -54,10 +59,14 @@ class FaultInjectingFilesystem final : public Filesystem {
  private:
   class File;
   friend class File;
+  class ReadFile;
+  friend class ReadFile;
 
   // Counts one mutating operation; returns the injected error if this one must fail.
   // Removals are exempt from ENOSPC faults (`frees_space`), as on a real full disk.
   Status maybe_fail(const std::string& what, bool frees_space = false);
+  // Counts one read operation; returns the injected error if this one must fail.
+  Status maybe_fail_read(const std::string& what);
   void note_written(const std::string& path, uint64_t end);
   void note_synced(const std::string& path);
 
@@ -78,6 +87,10 @@ class FaultInjectingFilesystem final : public Filesystem {
   int fail_at_ = 0;  // 0: no fault armed
   int fail_errno_ = EIO;
   bool sticky_ = false;
+  int reads_ = 0;
+  int fail_read_at_ = 0;  // 0: no read fault armed
+  int fail_read_errno_ = EIO;
+  bool read_sticky_ = false;
   uint64_t crash_epoch_ = 0;
   std::map<std::string, FileState> files_;
   std::vector<PendingDirOp> pending_;

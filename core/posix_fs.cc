@@ -6,8 +6,10 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 
@@ -95,13 +97,125 @@ class PosixMappedFile final : public MappedFile {
   }
   const std::string& path() const override { return path_; }
 
+  std::optional<uint64_t> resident_bytes(uint64_t offset, uint64_t length) const override {
+    if (offset >= size_) return 0;
+    length = std::min<uint64_t>(length, size_ - offset);
+    if (length == 0) return 0;
+    static const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t first = offset / page, last = (offset + length - 1) / page;
+    // A byte per page; in steps so the vector stays small for a large range.
+    constexpr uint64_t kStep = 4096;
+    unsigned char vec[kStep];
+    uint64_t resident = 0;
+    for (uint64_t p = first; p <= last; p += kStep) {
+      const uint64_t n = std::min(kStep, last + 1 - p);
+      if (::mincore(static_cast<std::byte*>(addr_) + p * page, n * page, vec) != 0)
+        return std::nullopt;
+      for (uint64_t i = 0; i < n; ++i) {
+        if ((vec[i] & 1) == 0) continue;
+        // Count only the part of the page inside the range.
+        const uint64_t b = std::max(offset, (p + i) * page);
+        const uint64_t e = std::min(offset + length, (p + i + 1) * page);
+        resident += e - b;
+      }
+    }
+    return resident;
+  }
+
  private:
   void* addr_;
   size_t size_;
   std::string path_;
 };
 
+class PosixRandomAccessFile final : public RandomAccessFile {
+ public:
+  PosixRandomAccessFile(int fd, uint64_t size, bool direct, std::string path)
+      : fd_(fd), size_(size), direct_(direct), path_(std::move(path)) {}
+  ~PosixRandomAccessFile() override { ::close(fd_); }
+
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> out) const override {
+    size_t done = 0;
+    while (done < out.size()) {
+      ssize_t n = ::pread(fd_, out.data() + done, out.size() - done,
+                          static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return Error::from_errno("read " + q(path_) + " at offset " + std::to_string(offset + done),
+                                 errno);
+      }
+      if (n == 0) break;  // end of file
+      done += static_cast<size_t>(n);
+      // An O_DIRECT read that stops short of an aligned end has reached the end of the file.
+      if (direct_ && done % kDirectReadAlignment != 0) break;
+    }
+    return done;
+  }
+  uint64_t size() const override { return size_; }
+  bool direct() const override { return direct_; }
+  const std::string& path() const override { return path_; }
+
+ private:
+  int fd_;
+  uint64_t size_;
+  bool direct_;
+  std::string path_;
+};
+
+// Serves positional reads from a mapping: Filesystem's default open_for_read().
+class MappedRandomAccessFile final : public RandomAccessFile {
+ public:
+  explicit MappedRandomAccessFile(std::unique_ptr<MappedFile> file) : file_(std::move(file)) {}
+  Result<size_t> read_at(uint64_t offset, std::span<std::byte> out) const override {
+    const auto bytes = file_->bytes();
+    if (offset >= bytes.size()) return size_t{0};
+    const size_t n = std::min<uint64_t>(out.size(), bytes.size() - offset);
+    std::memcpy(out.data(), bytes.data() + offset, n);
+    return n;
+  }
+  uint64_t size() const override { return file_->bytes().size(); }
+  bool direct() const override { return false; }
+  const std::string& path() const override { return file_->path(); }
+
+ private:
+  std::unique_ptr<MappedFile> file_;
+};
+
 }  // namespace
+
+Status RandomAccessFile::read_exact(uint64_t offset, std::span<std::byte> out) const {
+  SG_ASSIGN_OR_RETURN(size_t n, read_at(offset, out));
+  if (n != out.size())
+    return Error(ErrorCode::kIo, "read " + q(path()) + ": " + std::to_string(out.size()) +
+                                     " bytes at offset " + std::to_string(offset) +
+                                     " run past the end of the file (" + std::to_string(n) +
+                                     " read)");
+  return {};
+}
+
+Result<std::unique_ptr<DirectIoBuffer>> DirectIoBuffer::allocate(size_t size) {
+  const size_t mapped = size + kHugePage;  // room to align the start
+  void* mapping =
+      ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mapping == MAP_FAILED)
+    return Error::from_errno("allocate an I/O buffer of " + std::to_string(size) + " bytes",
+                             errno);
+  const auto at =
+      (reinterpret_cast<uintptr_t>(mapping) + kHugePage - 1) / kHugePage * kHugePage;
+  auto* data = reinterpret_cast<std::byte*>(at);
+  (void)::madvise(data, size, MADV_HUGEPAGE);  // a hint; fine where THP is off
+  std::memset(data, 0, size);                  // fault it in now, not inside every I/O
+  return std::unique_ptr<DirectIoBuffer>(new DirectIoBuffer(mapping, mapped, data, size));
+}
+
+DirectIoBuffer::~DirectIoBuffer() { ::munmap(mapping_, mapped_); }
+
+Result<std::unique_ptr<RandomAccessFile>> Filesystem::open_for_read(const std::string& path,
+                                                                    ReadOptions) {
+  SG_ASSIGN_OR_RETURN(auto mapped, map_readonly(path));
+  return std::unique_ptr<RandomAccessFile>(
+      std::make_unique<MappedRandomAccessFile>(std::move(mapped)));
+}
 
 PosixFilesystem& PosixFilesystem::instance() {
   static PosixFilesystem fs;
@@ -143,6 +257,27 @@ Result<std::unique_ptr<MappedFile>> PosixFilesystem::map_readonly(const std::str
   }
   ::close(fd);
   return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(addr, size, path));
+}
+
+Result<std::unique_ptr<RandomAccessFile>> PosixFilesystem::open_for_read(
+    const std::string& path, ReadOptions options) {
+  int flags = O_RDONLY | O_CLOEXEC;
+  bool direct = options.direct;
+  int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0));
+  if (fd < 0 && direct && errno == EINVAL) {
+    // The filesystem refuses O_DIRECT (tmpfs): fall back to buffered reads.
+    direct = false;
+    fd = ::open(path.c_str(), flags);
+  }
+  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return Error::from_errno("stat " + q(path), err);
+  }
+  return std::unique_ptr<RandomAccessFile>(std::make_unique<PosixRandomAccessFile>(
+      fd, static_cast<uint64_t>(st.st_size), direct, path));
 }
 
 Result<std::string> PosixFilesystem::read_file(const std::string& path) {
