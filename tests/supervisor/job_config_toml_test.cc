@@ -73,11 +73,16 @@ port = 9400
 format = "json"
 level = "debug"
 
-[hooks]
-on_checkpoint = { command = ["echo", "saved"] }
+[[hooks]]
+event = "checkpoint_committed"
+command = ["echo", "saved"]
+timeout = "5s"
 
 [agent]
-anything = "goes here"
+clouds = "aws"
+aws_url = "http://127.0.0.1:8080"
+notice_signals = ["SIGUSR1"]
+run_dirs = ["runs/a"]
 )";
 
 JobConfig parse_ok(std::string_view text) {
@@ -137,6 +142,14 @@ TEST_CASE("a full job file fills every field") {
   CHECK(c.term_grace == 20s);
   CHECK(c.metrics_port == 9400);
   CHECK(c.log_format == "json");
+  REQUIRE(c.hooks.size() == 1);
+  CHECK(c.hooks[0].event == "checkpoint_committed");
+  CHECK(c.hooks[0].command == std::vector<std::string>{"echo", "saved"});
+  CHECK(c.hooks[0].timeout == 5s);
+  CHECK(c.agent.clouds == "aws");
+  CHECK(c.agent.aws_url == "http://127.0.0.1:8080");
+  CHECK(c.agent.notice_signals == std::vector<int>{SIGUSR1});
+  CHECK(c.agent.run_dirs == std::vector<std::string>{"runs/a"});
   CHECK(c.log_level == "debug");
 }
 
@@ -166,6 +179,18 @@ TEST_CASE("errors name the file, the line and the key") {
        "job.toml:7: checkpoint.every: invalid duration '5 min': missing unit (use ns, us, ms, "
        "s, m, h or d, e.g. '30s')"},
       {"[jobs]\nnproc = 1\n", "job.toml:1: jobs: unknown section"},
+      {"[agent]\nclouds = \"ibm\"\n",
+       "job.toml:2: agent.clouds: expected one of \"none\", \"auto\", \"aws\", \"gcp\", "
+       "\"azure\", got \"ibm\""},
+      {"[agent]\nnotice_signals = [\"SIGKILL\"]\n",
+       "job.toml:2: agent.notice_signals: expected catchable signal names like \"SIGUSR1\", "
+       "got \"SIGKILL\""},
+      {"[[hooks]]\nevent = \"on_save\"\ncommand = [\"true\"]\n",
+       "job.toml:1: hooks: hook 'on_save': unknown event (use preempt_notice, "
+       "checkpoint_committed, restart, give_up or node_unhealthy)"},
+      {"[health]\ndisk_fatal = \"1 GB\"\n",
+       "job.toml:2: health.disk_fatal: invalid size '1 GB': unknown unit ' GB' (use B, KB, MB, "
+       "GB, TB, PB, KiB, MiB, GiB, TiB or PiB)"},
       {"nproc = 1\n", "job.toml:1: nproc: unknown key"},
       {"[restart.crashes]\nmax_restarts = 1\n", "job.toml:1: restart.crashes: unknown section"},
       {"[restart.crash]\nmax = 1\n", "job.toml:2: restart.crash.max: unknown key"},
