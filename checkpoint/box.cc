@@ -16,10 +16,13 @@ uint64_t Box::volume() const {
 }
 
 std::string Box::to_string() const {
+  // Also renders malformed boxes (offsets and sizes of different lengths, from bad input).
   std::string out = "[";
-  for (size_t i = 0; i < sizes.size(); ++i) {
+  for (size_t i = 0; i < std::max(offsets.size(), sizes.size()); ++i) {
     if (i) out += ", ";
-    out += std::to_string(offsets[i]) + ":" + std::to_string(offsets[i] + sizes[i]);
+    out += i < offsets.size() ? std::to_string(offsets[i]) : "?";
+    out += ":";
+    out += i < offsets.size() && i < sizes.size() ? std::to_string(offsets[i] + sizes[i]) : "?";
   }
   return out + "]";
 }

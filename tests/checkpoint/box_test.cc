@@ -155,3 +155,13 @@ TEST_CASE("resharding property: W writers, R readers, bitwise equal", "[box][pro
 
 }  // namespace
 }  // namespace shardguard::checkpoint
+
+TEST_CASE("A malformed box (offsets and sizes of different lengths) is refused, not read past",
+          "[checkpoint]") {
+  const shardguard::checkpoint::Box bad{{1, 2}, {3}};
+  CHECK(bad.to_string() == "[1:4, 2:?]");
+  const std::vector<uint64_t> shape = {8, 8};
+  auto st = shardguard::checkpoint::check_box_in_shape(bad, shape);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message(), Catch::Contains("[1:4, 2:?]"));
+}
