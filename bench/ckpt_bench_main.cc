@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -208,8 +209,10 @@ int stall(uint64_t total) {
     std::memcpy(target[t].data(), state[t].data(), state[t].size() * 4);
   const double memcpy_s = since(t0);
   // The async writer's stall: the second save reuses staging memory, as in training.
-  char tmpl[] = "/tmp/sg-bench-stall-XXXXXX";
-  const std::string dir = ::mkdtemp(tmpl);
+  std::error_code ec;
+  std::string tmpl = (std::filesystem::temp_directory_path(ec) / "sg-bench-stall-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) return die(Error::from_errno("mkdtemp", errno));
+  const std::string dir = tmpl;
   AsyncShardWriter async;
   double stall_s = 0, first_s = 0;
   for (uint64_t step = 1; step <= 2; ++step) {
