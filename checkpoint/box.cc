@@ -78,22 +78,13 @@ Status check_tiling(std::span<const uint64_t> shape, std::span<const Box> chunks
   return {};
 }
 
-void copy_region(const std::byte* src, const Box& src_box, std::byte* dst, const Box& dst_box,
-                 const Box& region, size_t element_bytes) {
+uint64_t run_bytes_of(const Box& src_box, const Box& dst_box, const Box& region,
+                      size_t element_bytes, size_t* inner_out) {
   const size_t n = region.rank();
-  if (region.volume() == 0) return;
   if (n == 0) {
-    std::memcpy(dst, src, element_bytes);
-    return;
+    *inner_out = 0;
+    return element_bytes;
   }
-  // Row-major strides (in elements) of both buffers.
-  std::vector<uint64_t> src_stride(n), dst_stride(n);
-  src_stride[n - 1] = dst_stride[n - 1] = 1;
-  for (size_t d = n - 1; d > 0; --d) {
-    src_stride[d - 1] = src_stride[d] * src_box.sizes[d];
-    dst_stride[d - 1] = dst_stride[d] * dst_box.sizes[d];
-  }
-  // Merge trailing dimensions the region spans fully in both buffers into one run.
   size_t inner = n - 1;
   uint64_t run = region.sizes[n - 1];
   while (inner > 0 && region.sizes[inner] == src_box.sizes[inner] &&
@@ -101,26 +92,17 @@ void copy_region(const std::byte* src, const Box& src_box, std::byte* dst, const
     --inner;
     run *= region.sizes[inner];
   }
-  const size_t run_bytes = run * element_bytes;
-  // Iterate over the outer dimensions [0, inner) with an odometer.
-  std::vector<uint64_t> idx(inner, 0);
-  for (;;) {
-    uint64_t s = 0, t = 0;
-    for (size_t d = 0; d < n; ++d) {
-      uint64_t i = region.offsets[d] + (d < inner ? idx[d] : 0);
-      s += (i - src_box.offsets[d]) * src_stride[d];
-      t += (i - dst_box.offsets[d]) * dst_stride[d];
-    }
-    std::memcpy(dst + t * element_bytes, src + s * element_bytes, run_bytes);
-    size_t d = inner;
-    while (d > 0) {
-      --d;
-      if (++idx[d] < region.sizes[d]) break;
-      idx[d] = 0;
-      if (d == 0) return;
-    }
-    if (inner == 0) return;
-  }
+  *inner_out = inner;
+  return run * element_bytes;
+}
+
+void copy_region(const std::byte* src, const Box& src_box, std::byte* dst, const Box& dst_box,
+                 const Box& region, size_t element_bytes) {
+  if (region.volume() == 0) return;
+  size_t inner = 0;
+  const uint64_t run = run_bytes_of(src_box, dst_box, region, element_bytes, &inner);
+  for_each_run(src_box, dst_box, region, inner, element_bytes,
+               [&](uint64_t s, uint64_t t) { std::memcpy(dst + t, src + s, run); });
 }
 
 }  // namespace shardguard::checkpoint

@@ -130,62 +130,6 @@ struct ReadRequest {
 // read() uses one more thread for every this many bytes, up to io_threads.
 constexpr uint64_t kBytesPerThread = 1ull << 20;
 
-// Copying `region` from a packed buffer holding `src_box` into one holding `dst_box` (as
-// copy_region does) moves runs of bytes contiguous in both: returns their length, and in
-// *inner_out how many outer dimensions enumerate them (see for_each_run).
-uint64_t run_bytes_of(const Box& src_box, const Box& dst_box, const Box& region,
-                      size_t element_bytes, size_t* inner_out) {
-  const size_t n = region.rank();
-  if (n == 0) {
-    *inner_out = 0;
-    return element_bytes;
-  }
-  size_t inner = n - 1;
-  uint64_t run = region.sizes[n - 1];
-  while (inner > 0 && region.sizes[inner] == src_box.sizes[inner] &&
-         region.sizes[inner] == dst_box.sizes[inner]) {
-    --inner;
-    run *= region.sizes[inner];
-  }
-  *inner_out = inner;
-  return run * element_bytes;
-}
-
-// Calls fn(src_byte_offset, dst_byte_offset) for each of those runs, in row-major order.
-template <typename Fn>
-void for_each_run(const Box& src_box, const Box& dst_box, const Box& region, size_t inner,
-                  size_t element_bytes, Fn&& fn) {
-  const size_t n = region.rank();
-  if (n == 0) {
-    fn(uint64_t{0}, uint64_t{0});
-    return;
-  }
-  std::vector<uint64_t> src_stride(n), dst_stride(n);
-  src_stride[n - 1] = dst_stride[n - 1] = 1;
-  for (size_t d = n - 1; d > 0; --d) {
-    src_stride[d - 1] = src_stride[d] * src_box.sizes[d];
-    dst_stride[d - 1] = dst_stride[d] * dst_box.sizes[d];
-  }
-  std::vector<uint64_t> idx(inner, 0);
-  for (;;) {
-    uint64_t s = 0, t = 0;
-    for (size_t d = 0; d < n; ++d) {
-      uint64_t i = region.offsets[d] + (d < inner ? idx[d] : 0);
-      s += (i - src_box.offsets[d]) * src_stride[d];
-      t += (i - dst_box.offsets[d]) * dst_stride[d];
-    }
-    fn(s * element_bytes, t * element_bytes);
-    size_t d = inner;
-    while (d > 0) {
-      --d;
-      if (++idx[d] < region.sizes[d]) break;
-      idx[d] = 0;
-      if (d == 0) return;
-    }
-    if (inner == 0) return;
-  }
-}
-
 // Runs fn(i, worker) for i in [0, n) on up to `threads` threads (the caller is worker 0);
 // stops handing out work after the first error, which it returns.
 template <typename Fn>
