@@ -90,7 +90,7 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
       spdlog::warn("unix socket '{}': SO_PEERCRED: {}", options.path, std::strerror(errno));
       return;  // the socket closes as it goes out of scope
     }
-    if (cred.uid != *options.allowed_uid) {
+    if (cred.uid != *options.allowed_uid && !(options.allow_root && cred.uid == 0)) {
       spdlog::warn("unix socket '{}': rejected peer pid {} uid {} (allowed uid {})", options.path,
                    cred.pid, cred.uid, *options.allowed_uid);
       return;

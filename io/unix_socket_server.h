@@ -1,7 +1,7 @@
 // Unix-domain stream socket server for newline-delimited messages (the job control
 // protocol: JSON per line; parsing is the caller's job). The socket file is mode 0600 and
-// every peer's uid is checked with SO_PEERCRED; a peer with another uid is disconnected at
-// once. Lines longer than the limit, and writers that let too much output queue up, get
+// every peer's uid is checked with SO_PEERCRED; a peer with another uid than the allowed one
+// (or root, where allowed) is disconnected at once. Lines longer than the limit, and writers that let too much output queue up, get
 // their connection closed (and logged), while other connections carry on.
 //
 // Thread-safety: every method must be called on the loop thread (or before the loop
@@ -29,6 +29,7 @@ using ConnectionId = uint64_t;
 struct UnixSocketServerOptions {
   std::string path;
   std::optional<uid_t> allowed_uid;    // nullopt: this process's uid (getuid())
+  bool allow_root = false;             // also accept uid 0 (a root agent on the node)
   size_t max_line_bytes = 64 * 1024;   // without the '\n'
   size_t max_queued_bytes = 16 << 20;  // unsent output per connection
   std::function<void(ConnectionId)> on_connect;

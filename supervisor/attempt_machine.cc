@@ -249,7 +249,9 @@ void AttemptMachine::Impl::attempt_ended(Now now) {
   ctx.notice_active = emergency.has_value();
   ctx.hang_detected = a.hang_detected;
   ctx.node_unhealthy = node_unhealthy;
-  ctx.torn_down_by_us = a.tearing_down;
+  ctx.torn_down_by_us = std::any_of(a.ranks.begin(), a.ranks.end(), [](const RankView& r) {
+    return r.exit && r.exit->during_teardown;
+  });
   ctx.node_lost = a.node_lost;
   ctx.save_out_of_space = a.save_out_of_space;
   ctx.resume_failed = a.resume_failed;
@@ -296,7 +298,7 @@ void AttemptMachine::Impl::relaunch_after(Now now, policies::ExitClass cls, cons
   const std::string name(policies::exit_class_name(cls));
   const auto decision = policy.on_exit(cls, now.steady, a.resume_step, a.committed);
   if (!decision.restart) {
-    record("give_up", {{"attempt", a.epoch}, {"class", name}, {"reason", decision.reason}});
+    record("give_up", {{"attempt", a.epoch}, {"class", name}, {"why", decision.reason}});
     hook("give_up", {{"class", name}, {"reason", decision.reason}, {"detail", detail}});
     return finish(now, command::FinalState::kFailed, kExitGaveUp, decision.reason);
   }

@@ -171,7 +171,7 @@ TEST_CASE("the crash budget runs out: give up with 76; preemptions do not burn i
   crash_once(130);
   REQUIRE(d.machine().finished());
   CHECK(d.machine().exit_code() == kExitGaveUp);
-  CHECK_THAT(d.last_field("give_up", "reason"), Catch::Contains("crash: restart budget exhausted"));
+  CHECK_THAT(d.last_field("give_up", "why"), Catch::Contains("crash: restart budget exhausted"));
   REQUIRE(d.last<command::Hook>());
   CHECK(d.last<command::Hook>()->event == "give_up");
 }
@@ -275,7 +275,7 @@ TEST_CASE("no progress: the same step fails K times, then the previous checkpoin
   fail();  // the previous checkpoint failed too
   REQUIRE(d.machine().finished());
   CHECK(d.machine().exit_code() == kExitGaveUp);
-  CHECK_THAT(d.last_field("give_up", "reason"), Catch::Contains("no_progress"));
+  CHECK_THAT(d.last_field("give_up", "why"), Catch::Contains("no_progress"));
 }
 
 TEST_CASE("a command that cannot start ends the job with 1; a transient failure retries",
