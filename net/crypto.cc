@@ -120,9 +120,8 @@ Result<Mac> HmacSha256::compute(std::initializer_list<std::string_view> parts) {
   // A null key re-initialises the context with the key given at create().
   if (EVP_MAC_init(ctx_, nullptr, 0, nullptr) != 1) return openssl_error("HMAC-SHA256: init");
   for (std::string_view part : parts) {
-    if (!part.empty() &&
-        EVP_MAC_update(ctx_, reinterpret_cast<const unsigned char*>(part.data()), part.size()) !=
-            1) {
+    if (!part.empty() && EVP_MAC_update(ctx_, reinterpret_cast<const unsigned char*>(part.data()),
+                                        part.size()) != 1) {
       return openssl_error("HMAC-SHA256: update");
     }
   }

@@ -34,8 +34,7 @@ Status random_bytes(std::span<uint8_t> out);
 Result<Nonce> random_nonce();
 
 // HKDF-SHA256 (RFC 5869) of `ikm` with `salt` and `info`, 32 bytes of output.
-Result<Key> hkdf_sha256(std::span<const uint8_t> ikm, std::string_view salt,
-                        std::string_view info);
+Result<Key> hkdf_sha256(std::span<const uint8_t> ikm, std::string_view salt, std::string_view info);
 
 // True when the first `n` bytes of `a` and `b` are equal, in time independent of where they
 // differ (CRYPTO_memcmp): MACs are compared with this, never with memcmp or ==.
@@ -69,6 +68,7 @@ class HmacSha256 {
 };
 
 // One-shot HMAC-SHA256 of the concatenation of `parts` under `key`.
-Result<Mac> hmac_sha256(std::span<const uint8_t> key, std::initializer_list<std::string_view> parts);
+Result<Mac> hmac_sha256(std::span<const uint8_t> key,
+                        std::initializer_list<std::string_view> parts);
 
 }  // namespace shardguard::net

@@ -23,11 +23,16 @@ Result<Mac> frame_mac(HmacSha256& mac, Direction direction, uint64_t sequence,
 
 std::string_view frame_fault_name(FrameFault fault) {
   switch (fault) {
-    case FrameFault::kNone: return "none";
-    case FrameFault::kOversize: return "oversize";
-    case FrameFault::kBadMac: return "bad MAC";
-    case FrameFault::kReplayed: return "replayed";
-    case FrameFault::kReordered: return "reordered";
+    case FrameFault::kNone:
+      return "none";
+    case FrameFault::kOversize:
+      return "oversize";
+    case FrameFault::kBadMac:
+      return "bad MAC";
+    case FrameFault::kReplayed:
+      return "replayed";
+    case FrameFault::kReordered:
+      return "reordered";
   }
   return "unknown";
 }
@@ -41,8 +46,8 @@ Result<FrameEncoder> FrameEncoder::create(const FrameKey& key, size_t max_payloa
 Status FrameEncoder::encode_to(std::string_view payload, std::string& out) {
   if (payload.size() > max_payload_) {
     return Error(ErrorCode::kInvalid, "frame payload of " + std::to_string(payload.size()) +
-                                          " bytes, more than the " +
-                                          std::to_string(max_payload_) + " allowed");
+                                          " bytes, more than the " + std::to_string(max_payload_) +
+                                          " allowed");
   }
   SG_ASSIGN_OR_RETURN(Mac mac, frame_mac(mac_, direction_, sequence_, payload));
   out.reserve(out.size() + kFrameOverheadBytes + payload.size());
@@ -94,8 +99,8 @@ Result<std::optional<std::string>> FrameDecoder::next() {
   // Checked before waiting for the payload, so a bogus length cannot make us buffer 4 GiB.
   if (length > max_payload_) {
     return fail(FrameFault::kOversize, which() + ": payload of " + std::to_string(length) +
-                                           " bytes, more than the " +
-                                           std::to_string(max_payload_) + " allowed");
+                                           " bytes, more than the " + std::to_string(max_payload_) +
+                                           " allowed");
   }
   const size_t total = kFrameOverheadBytes + static_cast<size_t>(length);
   if (data.size() < total) return std::optional<std::string>();
@@ -106,8 +111,9 @@ Result<std::optional<std::string>> FrameDecoder::next() {
   if (!equal_constant_time(want.data(), reinterpret_cast<const uint8_t*>(got_mac.data()),
                            kMacBytes)) {
     return fail(FrameFault::kBadMac,
-                which() + ": MAC does not verify (altered in transit, or from another "
-                        "connection or key)");
+                which() +
+                    ": MAC does not verify (altered in transit, or from another "
+                    "connection or key)");
   }
   if (sequence < expected_) {
     return fail(FrameFault::kReplayed, which() + ": replayed frame (sequence " +

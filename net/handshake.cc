@@ -13,7 +13,7 @@ constexpr std::string_view kClientLabel = "sg1 client";
 constexpr std::string_view kClientToServerInfo = "sg1 client->server";
 constexpr std::string_view kServerToClientInfo = "sg1 server->client";
 
-constexpr size_t kHelloFixed = 1 + 1 + kNonceBytes + 1;               // type, version, nonce, len
+constexpr size_t kHelloFixed = 1 + 1 + kNonceBytes + 1;              // type, version, nonce, len
 constexpr size_t kChallengeFixed = 1 + kNonceBytes + 1 + kMacBytes;  // type, nonce, len, mac
 constexpr size_t kResponseSize = 1 + kMacBytes;
 
@@ -51,8 +51,7 @@ Status check_size(std::string_view body, size_t fixed, size_t name_len, std::str
   if (body.size() != fixed + name_len) {
     return Error(ErrorCode::kCorrupt, std::string(what) + ": " + std::to_string(body.size()) +
                                           " bytes, but a name of " + std::to_string(name_len) +
-                                          " bytes makes it " +
-                                          std::to_string(fixed + name_len));
+                                          " bytes makes it " + std::to_string(fixed + name_len));
   }
   return ok_status();
 }
@@ -78,11 +77,13 @@ Mac mac_at(std::string_view body, size_t at) {
   return m;
 }
 
-Result<Mac> server_proof(const Secret& k, const Nonce& nc, const Nonce& ns, std::string_view names) {
+Result<Mac> server_proof(const Secret& k, const Nonce& nc, const Nonce& ns,
+                         std::string_view names) {
   return hmac_sha256(k.bytes(), {kServerLabel, view(nc), view(ns), names});
 }
 
-Result<Mac> client_proof(const Secret& k, const Nonce& nc, const Nonce& ns, std::string_view names) {
+Result<Mac> client_proof(const Secret& k, const Nonce& nc, const Nonce& ns,
+                         std::string_view names) {
   return hmac_sha256(k.bytes(), {kClientLabel, view(ns), view(nc), names});
 }
 
@@ -91,10 +92,10 @@ Result<Session> derive_session(const Secret& k, const Nonce& nc, const Nonce& ns
                                std::string_view names, bool client_side, std::string peer) {
   std::string salt;
   salt.append(view(nc)).append(view(ns));
-  SG_ASSIGN_OR_RETURN(Key c2s, hkdf_sha256(k.bytes(), salt, std::string(kClientToServerInfo) +
-                                                               std::string(names)));
-  SG_ASSIGN_OR_RETURN(Key s2c, hkdf_sha256(k.bytes(), salt, std::string(kServerToClientInfo) +
-                                                               std::string(names)));
+  SG_ASSIGN_OR_RETURN(
+      Key c2s, hkdf_sha256(k.bytes(), salt, std::string(kClientToServerInfo) + std::string(names)));
+  SG_ASSIGN_OR_RETURN(
+      Key s2c, hkdf_sha256(k.bytes(), salt, std::string(kServerToClientInfo) + std::string(names)));
   const FrameKey up{Direction::kClientToServer, c2s};
   const FrameKey down{Direction::kServerToClient, s2c};
   Session s;
@@ -125,8 +126,8 @@ Status check_peer_name(std::string_view name, std::string_view what) {
     if (c < 0x21 || c > 0x7e) {
       char hex[8];
       std::snprintf(hex, sizeof hex, "0x%02x", c);
-      return Error(ErrorCode::kInvalid, std::string(what) + ": name has byte " + hex +
-                                            " at " + std::to_string(i) +
+      return Error(ErrorCode::kInvalid, std::string(what) + ": name has byte " + hex + " at " +
+                                            std::to_string(i) +
                                             " (printable ASCII without spaces only)");
     }
   }
@@ -210,8 +211,7 @@ Result<std::optional<std::string>> HandshakeReader::next(std::string_view what) 
   // Checked before waiting for the body: garbage (an HTTP request, a port scan) fails here.
   if (len > kMaxHandshakeBody) {
     return Error(ErrorCode::kCorrupt, std::string(what) + ": message of " + std::to_string(len) +
-                                          " bytes, more than " +
-                                          std::to_string(kMaxHandshakeBody) +
+                                          " bytes, more than " + std::to_string(kMaxHandshakeBody) +
                                           " (not a shardguard peer?)");
   }
   if (buffer_.size() < 2 + len) return std::optional<std::string>();
@@ -268,8 +268,8 @@ Result<HandshakeStep> ClientHandshake::feed(std::string_view bytes) {
 
 Error ClientHandshake::closed_early() const {
   if (error_) return *error_;
-  return Error(ErrorCode::kIo, closed_message("waiting for the server's challenge",
-                                              reader_.buffered()));
+  return Error(ErrorCode::kIo,
+               closed_message("waiting for the server's challenge", reader_.buffered()));
 }
 
 // ---- server ----
@@ -295,12 +295,13 @@ Result<HandshakeStep> ServerHandshake::feed(std::string_view bytes) {
     auto hello = parse_hello(**body);
     if (!hello.ok()) return fail(hello.error());
     if (hello->version != kProtocolVersion) {
-      return fail(Error(ErrorCode::kCorrupt,
-                        "hello from '" + hello->name + "': protocol version " +
-                            std::to_string(hello->version) + ", this build speaks " +
-                            std::to_string(kProtocolVersion)));
+      return fail(Error(ErrorCode::kCorrupt, "hello from '" + hello->name + "': protocol version " +
+                                                 std::to_string(hello->version) +
+                                                 ", this build speaks " +
+                                                 std::to_string(kProtocolVersion)));
     }
-    if (auto st = check_peer_name(name_, "handshake: this server"); !st.ok()) return fail(st.error());
+    if (auto st = check_peer_name(name_, "handshake: this server"); !st.ok())
+      return fail(st.error());
     claimed_name_ = hello->name;
     client_nonce_ = hello->nonce;
     auto proof = server_proof(*secret_, client_nonce_, nonce_, names_of(claimed_name_, name_));
@@ -334,8 +335,8 @@ Result<HandshakeStep> ServerHandshake::feed(std::string_view bytes) {
 
 Error ServerHandshake::closed_early() const {
   if (error_) return *error_;
-  const char* waiting =
-      state_ == State::kAwaitHello ? "waiting for the client's hello" : "waiting for the client's response";
+  const char* waiting = state_ == State::kAwaitHello ? "waiting for the client's hello"
+                                                     : "waiting for the client's response";
   return Error(ErrorCode::kIo, closed_message(waiting, reader_.buffered()));
 }
 

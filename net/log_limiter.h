@@ -18,8 +18,7 @@ namespace shardguard::net {
 
 class LogLimiter {
  public:
-  explicit LogLimiter(size_t per_window = 10,
-                      Duration window = std::chrono::seconds(1))
+  explicit LogLimiter(size_t per_window = 10, Duration window = std::chrono::seconds(1))
       : per_window_(per_window), window_(window) {}
 
   // Whether a line about `cause` may be logged at `now`; if not, it is counted.

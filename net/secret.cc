@@ -91,9 +91,7 @@ Result<Secret> Secret::from_bytes(std::string bytes, std::string_view origin) {
   return Secret(std::move(bytes));
 }
 
-Secret::Secret(Secret&& other) noexcept : bytes_(std::move(other.bytes_)) {
-  other.bytes_.clear();
-}
+Secret::Secret(Secret&& other) noexcept : bytes_(std::move(other.bytes_)) { other.bytes_.clear(); }
 
 Secret& Secret::operator=(Secret&& other) noexcept {
   if (this != &other) {
@@ -174,13 +172,16 @@ Status generate_secret_file(const std::string& path) {
     return Error::from_errno(what + ": create", err);
   }
   // The umask can only remove bits; fchmod makes the mode exactly 0600 regardless.
-  Status st = ::fchmod(fd.get(), 0600) == 0 ? ok_status() : Error::from_errno(what + ": chmod", errno);
+  Status st =
+      ::fchmod(fd.get(), 0600) == 0 ? ok_status() : Error::from_errno(what + ": chmod", errno);
   size_t done = 0;
   while (st.ok() && done < text.size()) {
     const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) st = Error::from_errno(what + ": write", errno);
-    else done += static_cast<size_t>(n);
+    if (n < 0)
+      st = Error::from_errno(what + ": write", errno);
+    else
+      done += static_cast<size_t>(n);
   }
   if (st.ok() && ::fsync(fd.get()) != 0) st = Error::from_errno(what + ": fsync", errno);
   wipe(text.data(), text.size());

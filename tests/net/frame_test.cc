@@ -118,8 +118,8 @@ TEST_CASE("Replayed, reordered and dropped frames are rejected with the reason")
     CHECK(d.payloads == std::vector<std::string>{"zero", "one"});
     REQUIRE(d.error);
     CHECK(link.decoder->fault() == FrameFault::kReplayed);
-    CHECK_THAT(d.error->message(), Catch::Contains("frame 2: replayed") &&
-                                       Catch::Contains("sequence 0"));
+    CHECK_THAT(d.error->message(),
+               Catch::Contains("frame 2: replayed") && Catch::Contains("sequence 0"));
   }
   SECTION("the same frame twice in a row") {
     link.decoder->feed(f0 + f0);

@@ -104,9 +104,8 @@ TEST_CASE("A wrong secret on either side: both refuse") {
   auto step = s.client.feed(s.challenge);
   REQUIRE_FALSE(step.ok());
   CHECK(step.error().code() == ErrorCode::kCorrupt);
-  CHECK_THAT(step.error().message(),
-             Catch::Contains("server 'coordinator' does not verify") &&
-                 Catch::Contains("different secrets"));
+  CHECK_THAT(step.error().message(), Catch::Contains("server 'coordinator' does not verify") &&
+                                         Catch::Contains("different secrets"));
   CHECK_FALSE(s.client.done());
   // And it stays refused.
   CHECK_FALSE(s.client.feed("").ok());

@@ -39,12 +39,16 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:
@@ -83,15 +87,16 @@ TEST_CASE("Secrets shorter than 32 bytes are refused; 32 bytes after the newline
   TempDir dir;
   auto short_one = load_secret_file(write_secret(dir, "short", std::string(31, 'x') + "\n", 0600));
   REQUIRE_FALSE(short_one.ok());
-  CHECK_THAT(short_one.error().message(),
-             Catch::Contains("short'") && Catch::Contains("31 bytes of secret") &&
-                 Catch::Contains("at least 32"));
+  CHECK_THAT(short_one.error().message(), Catch::Contains("short'") &&
+                                              Catch::Contains("31 bytes of secret") &&
+                                              Catch::Contains("at least 32"));
   auto empty = load_secret_file(write_secret(dir, "empty", "", 0600));
   REQUIRE_FALSE(empty.ok());
   CHECK_THAT(empty.error().message(), Catch::Contains("0 bytes of secret"));
   auto exact = load_secret_file(write_secret(dir, "exact", std::string(32, 'x') + "\n", 0400));
   CHECK(exact.ok());
-  auto huge = load_secret_file(write_secret(dir, "huge", std::string(kMaxSecretBytes + 1, 'x'), 0600));
+  auto huge =
+      load_secret_file(write_secret(dir, "huge", std::string(kMaxSecretBytes + 1, 'x'), 0600));
   REQUIRE_FALSE(huge.ok());
   CHECK_THAT(huge.error().message(), Catch::Contains("more than the 65536"));
 }
@@ -111,10 +116,9 @@ TEST_CASE("Kubernetes Secret volume symlinks are followed; the final file is wha
     REQUIRE(::chmod((dir / "..2024_05_01_12_00_00.123/key").c_str(), 0644) == 0);
     auto bad = load_secret_file(dir / "key");
     REQUIRE_FALSE(bad.ok());
-    CHECK_THAT(bad.error().message(),
-               Catch::Contains("'" + (dir / "key") + "' (-> '") &&
-                   Catch::Contains("..2024_05_01_12_00_00.123/key'") &&
-                   Catch::Contains("mode 0644"));
+    CHECK_THAT(bad.error().message(), Catch::Contains("'" + (dir / "key") + "' (-> '") &&
+                                          Catch::Contains("..2024_05_01_12_00_00.123/key'") &&
+                                          Catch::Contains("mode 0644"));
   }
   SECTION("a dangling link is not found") {
     fs::remove_all(dir / "..2024_05_01_12_00_00.123");
@@ -198,7 +202,7 @@ TEST_CASE("generate writes a new 0600 file of 64 hex characters and never overwr
   const std::string before = shardguard::testing::slurp(dir / "a");
   auto again = generate_secret_file(dir / "a");
   REQUIRE_FALSE(again.ok());
-  CHECK_THAT(again.error().message(), Catch::Contains("'" + (dir / "a") + "'") &&
-                                          Catch::Contains("exists"));
+  CHECK_THAT(again.error().message(),
+             Catch::Contains("'" + (dir / "a") + "'") && Catch::Contains("exists"));
   CHECK(shardguard::testing::slurp(dir / "a") == before);
 }
