@@ -72,7 +72,13 @@ void AttemptMachine::Impl::on(Now now, const event::Heartbeats& e) {
 
 void AttemptMachine::Impl::on(Now now, const event::SaveBegan& e) {
   if (!in_current_attempt(e.epoch) || e.rank >= attempt->world_size) return;
-  attempt->ranks[e.rank].saving = e.step;
+  RankView& r = attempt->ranks[e.rank];
+  r.saving = e.step;
+  // A rank saving step S has reached it, whatever its last heartbeat said.
+  if (e.step <= add_sat(r.heartbeated ? r.step : attempt->resume_step.value_or(0), kMaxStepJump)) {
+    r.step = std::max(r.step, e.step);
+    attempt->max_step = std::max(attempt->max_step, r.step);
+  }
   save_begin.try_emplace(e.step, now.steady);
 }
 
@@ -315,10 +321,12 @@ std::string AttemptMachine::Impl::emergency_summary() const {
   if (emergency && emergency->committed_step)
     return "emergency checkpoint of step " + std::to_string(*emergency->committed_step) +
            " committed";
-  const std::string why =
-      emergency && !emergency->failure.empty() ? emergency->failure : "not committed in time";
   const std::string from = any_committed ? "step " + std::to_string(last_committed)
                                          : std::string("a fresh start");
+  if (emergency && !emergency->requested)
+    return "stopped while no ranks were running, nothing to save; resume will start from " + from;
+  const std::string why =
+      emergency && !emergency->failure.empty() ? emergency->failure : "not committed in time";
   return "emergency checkpoint FAILED: " + why + "; resume will start from " + from + ", " +
          std::to_string(last_attempt_lost) + " steps lost";
 }

@@ -3,8 +3,7 @@
 //   kill   kill -9 of a random rank: shardguard tears the attempt down and relaunches it;
 //   term   SIGTERM to shardguard: emergency checkpoint, exit 75, then a new `shardguard run`
 //          (a new machine) with a random --nproc resumes;
-//   drain  `shardguard drain`: the same through the drain file (which the operator, here the
-//          test, removes before the next run).
+//   drain  `shardguard drain`: the same through the run's agent socket.
 // Then the run is left to finish, and `shardguard ckpt inspect --hash` of the final
 // checkpoint must equal that of the same training run without interruptions (one rank, no
 // supervisor). SHARDGUARD_TEST_SEED repeats a sequence; SHARDGUARD_DISRUPTIONS sets how many
@@ -227,13 +226,14 @@ void disrupt_and_compare(Trainer t) {
     } else {
       sequence += " drain(+" + std::to_string(delay.count()) + "ms)";
       auto r = run_command(shardguard_bin() + " drain --run-dir " + d.run() + " --deadline 30s");
-      REQUIRE(r.exit_code == 0);
+      INFO(r.err);
+      // A run that has just finished no longer listens: that is the only acceptable refusal.
+      REQUIRE((r.exit_code == 0 || r.err.find("no run listens") != std::string::npos));
     }
     finished = run->wait(90s);
     INFO(sequence << "\n" << log());
     REQUIRE(finished.has_value());
     REQUIRE((*finished == 75 || *finished == 0));  // 0: it had just finished
-    std::filesystem::remove(d.run() + "/drain");    // the operator's part after a drain
     (kind == 2 ? tally.terms : tally.drains)++;
     if (*finished == 75) relaunch();
   }

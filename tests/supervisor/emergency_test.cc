@@ -142,7 +142,7 @@ TEST_CASE("a notice during backoff ends the job at once with 75", "[machine][eme
   CHECK(d.machine().exit_code() == kExitPreempted);
   CHECK_FALSE(d.timer_armed(TimerId::kBackoff));
   CHECK_THAT(d.last<command::Finish>()->summary,
-             Catch::Contains("no ranks were running; resume will start from step"));
+             Catch::Contains("no ranks were running, nothing to save; resume will start from step 300"));
 }
 
 TEST_CASE("a notice while the ranks start: at_step is past the resume step",

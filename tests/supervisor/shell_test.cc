@@ -1,0 +1,158 @@
+// The supervisor's shell with real ranks (the example trainer) on a real loop, a fake clock
+// for its timers and a worker that finishes nothing until the test says so: slow work (resume
+// selection, commit read-backs) never keeps the loop from acting on a notice.
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "core/exit_codes.h"
+#include "io/deps.h"
+#include "io/event_loop.h"
+#include "io/http_client.h"
+#include "io/process.h"
+#include "supervisor/event_log.h"
+#include "supervisor/supervisor.h"
+#include "tests/support/manual_worker.h"
+#include "tests/support/temp_dir.h"
+
+using namespace std::chrono_literals;
+using namespace shardguard;
+using namespace shardguard::supervisor;
+using shardguard::testing::ManualWorker;
+using shardguard::testing::TempDir;
+
+namespace {
+
+std::string trainer_bin() {
+  const char* b = std::getenv("SG_TRAINER_BIN");
+  return b ? b : "sg_trainer";
+}
+
+struct ShellFixture {
+  TempDir dir;
+  io::EventLoop loop;
+  FakeClock clock;
+  io::PosixProcessLauncher launcher{loop};
+  io::BeastHttpClient http{loop};
+  SeededRandom random{7};
+  ManualWorker worker{loop};
+  io::Deps deps{loop, clock, clock, PosixFilesystem::instance(), launcher, http, random, worker};
+
+  JobConfig config(std::vector<std::string> trainer_args) {
+    JobConfig c;
+    c.job_id = "shell-test";
+    c.nproc = 1;
+    c.checkpoint_dir = dir / "ckpt";
+    c.run_dir = dir / "run";
+    c.command = {trainer_bin()};
+    c.command.insert(c.command.end(), trainer_args.begin(), trainer_args.end());
+    c.every_steps = 20;
+    c.node_health.enabled = false;
+    return c;
+  }
+  // Runs the loop (real time) until `pred` holds.
+  template <typename Pred>
+  bool run_until(Pred pred, Duration timeout) {
+    return loop.run_until([&] { return pred(); }, timeout);
+  }
+  std::vector<EventRecord> events(const std::string& type) {
+    std::vector<EventRecord> out;
+    auto all = read_events(dir / "run/events.jsonl");
+    if (all.ok())
+      for (auto& e : *all)
+        if (e.type == type) out.push_back(e);
+    return out;
+  }
+};
+
+std::string field(const EventRecord& e, const std::string& key) {
+  for (const auto& [k, v] : e.fields)
+    if (k == key) return v;
+  return "";
+}
+
+agent::Notice sigterm(WallTime now) {
+  agent::Notice n;
+  n.source = "signal";
+  n.kind = "sigterm";
+  n.deadline = now + 30s;
+  n.is_preemption = true;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("shell: a notice while the resume checkpoint is still being looked for ends the job",
+          "[supervisor][integration]") {
+  ShellFixture f;
+  Supervisor sup(f.deps, f.config({"--steps", "100000", "--sleep-ms", "5"}));
+  REQUIRE(sup.start().ok());
+  REQUIRE(f.worker.pending() == 1);  // the catalog scan is on the worker, not done
+  sup.notice(sigterm(f.clock.wall_now()));
+  CHECK(sup.finished());  // at once: nothing was running, nothing to save
+  CHECK(sup.exit_code() == kExitPreempted);
+  f.worker.run_all();
+  f.loop.run_for(50ms);
+  CHECK(f.events("launch").empty());
+}
+
+TEST_CASE("shell: a notice is acted on while a commit read-back holds the worker",
+          "[supervisor][integration]") {
+  ShellFixture f;
+  Supervisor sup(f.deps, f.config({"--steps", "100000", "--sleep-ms", "5", "--log-every", "0"}));
+  REQUIRE(sup.start().ok());
+  f.worker.run_next();  // fresh start
+  // Rank 0 commits step 20; its read-back waits on the worker.
+  REQUIRE(f.run_until([&] { return f.worker.pending() > 0; }, 20s));
+  CHECK(f.events("checkpoint_committed").empty());
+  sup.notice(sigterm(f.clock.wall_now()));
+  auto requests = f.events("checkpoint_now");
+  REQUIRE(requests.size() == 1);  // decided and sent while the worker is still busy
+  CHECK(field(requests[0], "kind") == "emergency");
+  // Past the step the rank is saving (it told us), though no heartbeat said so yet.
+  CHECK(std::stoull(field(requests[0], "at_step")) > 20);
+  // Let the slow work finish as it comes; the emergency checkpoint commits and the job stops.
+  REQUIRE(f.run_until(
+      [&] {
+        f.worker.run_all();
+        return sup.finished();
+      },
+      30s));
+  CHECK(sup.exit_code() == kExitPreempted);
+  // A rank already past at_step (heartbeats lag) makes the core pick a later one: the last.
+  const uint64_t at = std::stoull(field(f.events("checkpoint_now").back(), "at_step"));
+  auto commits = f.events("checkpoint_committed");
+  REQUIRE(commits.size() >= 2);
+  CHECK(field(commits.back(), "step") == std::to_string(at));
+  auto fin = f.events("finish");
+  REQUIRE(fin.size() == 1);
+  CHECK(field(fin[0], "summary") == "emergency checkpoint of step " + std::to_string(at) + " committed");
+}
+
+TEST_CASE("shell: a claimed commit that is not on disk is not believed", "[supervisor][integration]") {
+  ShellFixture f;
+  // A "rank" that says hello and claims a commit of step 500 without writing anything.
+  const std::string script = f.dir / "liar.py";
+  std::ofstream(script) << R"(import json, os, socket, time
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["SHARDGUARD_CONTROL_SOCKET"])
+def send(m):
+    m["v"] = 2
+    s.sendall((json.dumps(m) + "\n").encode())
+send({"type": "hello", "rank": 0, "world_size": 1, "pid": os.getpid(),
+      "job_id": os.environ["SHARDGUARD_JOB_ID"], "attempt": int(os.environ["SHARDGUARD_ATTEMPT"])})
+send({"type": "checkpoint_committed", "step": 500, "manifest": "/etc/passwd"})
+time.sleep(30)
+)";
+  JobConfig c = f.config({});
+  c.command = {"/usr/bin/python3", script};
+  Supervisor sup(f.deps, c);
+  REQUIRE(sup.start().ok());
+  f.worker.run_next();
+  REQUIRE(f.run_until([&] { return f.worker.pending() > 0; }, 20s));
+  f.worker.run_all();
+  REQUIRE(f.run_until([&] { return !f.events("commit_claim_rejected").empty(); }, 10s));
+  CHECK(f.events("checkpoint_committed").empty());
+  CHECK_THAT(sup.metrics_text(), Catch::Contains("shardguard_last_committed_step 0"));
+  CHECK_THAT(field(f.events("commit_claim_rejected")[0], "why"), Catch::Contains("not complete"));
+}
