@@ -56,15 +56,15 @@ Result<DirHistory> parse_history(std::string_view text) {
   SG_ASSIGN_OR_RETURN(std::string format, f.string("format"));
   SG_ASSIGN_OR_RETURN(uint64_t version, f.u64("version"));
   if (format != kFormat || version != kVersion)
-    return Error(ErrorCode::kCorrupt, "format '" + format + "' version " +
-                                          std::to_string(version) + " is not ours");
+    return Error(ErrorCode::kCorrupt,
+                 "format '" + format + "' version " + std::to_string(version) + " is not ours");
   DirHistory h;
   SG_ASSIGN_OR_RETURN(h.updated_unix_ms, f.i64("updated_unix_ms"));
   SG_ASSIGN_OR_RETURN(h.preempted_without_commit, u32(f, "preempted_without_commit"));
   SG_ASSIGN_OR_RETURN(auto failed, f.array("failed_resumes"));
   for (size_t i = 0; i < failed->size(); ++i) {
-    SG_ASSIGN_OR_RETURN(auto e, JsonFields::of((*failed)[i], "failed_resumes[" +
-                                                                 std::to_string(i) + "]"));
+    SG_ASSIGN_OR_RETURN(auto e,
+                        JsonFields::of((*failed)[i], "failed_resumes[" + std::to_string(i) + "]"));
     SG_ASSIGN_OR_RETURN(auto step_value, e.any("resume_step"));
     std::optional<uint64_t> step;
     if (!step_value->is_null()) {
@@ -100,8 +100,7 @@ std::optional<std::string> requeue_futile(const DirHistory& history, uint32_t li
 }
 
 DirHistory on_attempt_end(DirHistory history, const AttemptEnd& a) {
-  const bool progress =
-      a.committed_step && (!a.resume_step || *a.committed_step > *a.resume_step);
+  const bool progress = a.committed_step && (!a.resume_step || *a.committed_step > *a.resume_step);
   if (progress) {
     history.failed_resumes.erase(a.resume_step);
     return history;

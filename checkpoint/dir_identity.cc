@@ -1,10 +1,9 @@
 #include "checkpoint/dir_identity.h"
 
+#include <boost/json.hpp>
 #include <chrono>
 #include <cstdio>
 #include <random>
-
-#include <boost/json.hpp>
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/json_fields.h"
@@ -41,8 +40,8 @@ Result<JobRecord> parse_record(std::string_view text) {
   SG_ASSIGN_OR_RETURN(std::string format, f.string("format"));
   SG_ASSIGN_OR_RETURN(uint64_t version, f.u64("version"));
   if (format != kFormat || version != kVersion)
-    return Error(ErrorCode::kCorrupt, "format '" + format + "' version " +
-                                          std::to_string(version) + " is not ours");
+    return Error(ErrorCode::kCorrupt,
+                 "format '" + format + "' version " + std::to_string(version) + " is not ours");
   JobRecord r;
   SG_ASSIGN_OR_RETURN(r.job_id, f.string("job_id"));
   if (auto st = check_job_id(r.job_id); !st.ok())
@@ -50,7 +49,8 @@ Result<JobRecord> parse_record(std::string_view text) {
   SG_ASSIGN_OR_RETURN(r.created_unix_ms, f.i64("created_unix_ms"));
   SG_ASSIGN_OR_RETURN(auto changes, f.array("changes"));
   for (size_t i = 0; i < changes->size(); ++i) {
-    SG_ASSIGN_OR_RETURN(auto c, JsonFields::of((*changes)[i], "changes[" + std::to_string(i) + "]"));
+    SG_ASSIGN_OR_RETURN(auto c,
+                        JsonFields::of((*changes)[i], "changes[" + std::to_string(i) + "]"));
     Change ch;
     SG_ASSIGN_OR_RETURN(ch.from, c.string("from"));
     SG_ASSIGN_OR_RETURN(ch.to, c.string("to"));
@@ -91,12 +91,18 @@ Result<std::optional<JobRecord>> load(Filesystem& fs, const std::string& dir) {
 
 std::string_view job_id_source_name(JobIdSource source) {
   switch (source) {
-    case JobIdSource::kAdopted: return "adopted";
-    case JobIdSource::kFromCheckpoint: return "from_checkpoint";
-    case JobIdSource::kMatched: return "matched";
-    case JobIdSource::kStored: return "stored";
-    case JobIdSource::kGenerated: return "generated";
-    case JobIdSource::kTakenOver: return "taken_over";
+    case JobIdSource::kAdopted:
+      return "adopted";
+    case JobIdSource::kFromCheckpoint:
+      return "from_checkpoint";
+    case JobIdSource::kMatched:
+      return "matched";
+    case JobIdSource::kStored:
+      return "stored";
+    case JobIdSource::kGenerated:
+      return "generated";
+    case JobIdSource::kTakenOver:
+      return "taken_over";
   }
   return "adopted";
 }
@@ -104,8 +110,8 @@ std::string_view job_id_source_name(JobIdSource source) {
 Status check_job_id(std::string_view id) {
   if (id.empty()) return Error(ErrorCode::kInvalid, "job id is empty");
   if (id.size() > kMaxJobIdBytes)
-    return Error(ErrorCode::kInvalid, "job id is longer than " + std::to_string(kMaxJobIdBytes) +
-                                          " bytes");
+    return Error(ErrorCode::kInvalid,
+                 "job id is longer than " + std::to_string(kMaxJobIdBytes) + " bytes");
   for (unsigned char c : id)
     if (c < 0x21 || c == 0x7f || c == '/')
       return Error(ErrorCode::kInvalid,
@@ -160,8 +166,8 @@ Result<ResolvedJobId> decide_job_id(Filesystem& fs, const std::string& checkpoin
 }
 
 Result<ResolvedJobId> resolve_job_id(Filesystem& fs, const std::string& checkpoint_dir,
-                                     const std::optional<std::string>& explicit_id,
-                                     bool take_over, WallTime now) {
+                                     const std::optional<std::string>& explicit_id, bool take_over,
+                                     WallTime now) {
   SG_ASSIGN_OR_RETURN(ResolvedJobId decided,
                       decide_job_id(fs, checkpoint_dir, explicit_id, take_over, now));
   if (decided.source == JobIdSource::kAdopted || decided.source == JobIdSource::kMatched)

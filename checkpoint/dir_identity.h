@@ -30,12 +30,12 @@
 namespace shardguard::checkpoint {
 
 enum class JobIdSource {
-  kAdopted,      // no explicit id; the directory's stored one
+  kAdopted,         // no explicit id; the directory's stored one
   kFromCheckpoint,  // no explicit id, no record: the newest complete manifest's, now stored
-  kMatched,      // explicit, equal to the stored one
-  kStored,       // explicit, the directory had none: now stored
-  kGenerated,    // neither: a new id, now stored
-  kTakenOver,    // explicit and different, take_over: the directory now belongs to it
+  kMatched,         // explicit, equal to the stored one
+  kStored,          // explicit, the directory had none: now stored
+  kGenerated,       // neither: a new id, now stored
+  kTakenOver,       // explicit and different, take_over: the directory now belongs to it
 };
 std::string_view job_id_source_name(JobIdSource source);  // "adopted", ...
 
@@ -62,7 +62,7 @@ Result<ResolvedJobId> decide_job_id(Filesystem& fs, const std::string& checkpoin
 
 // decide_job_id(), then stores the record when it changes (atomically: temp, fsync, rename).
 Result<ResolvedJobId> resolve_job_id(Filesystem& fs, const std::string& checkpoint_dir,
-                                     const std::optional<std::string>& explicit_id,
-                                     bool take_over, WallTime now);
+                                     const std::optional<std::string>& explicit_id, bool take_over,
+                                     WallTime now);
 
 }  // namespace shardguard::checkpoint

@@ -1,12 +1,11 @@
 #include "checkpoint/lease.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <boost/json.hpp>
 #include <cstdio>
 #include <random>
-
-#include <boost/json.hpp>
-#include <spdlog/spdlog.h>
 
 #include "checkpoint/json_fields.h"
 #include "checkpoint/paths.h"
@@ -53,8 +52,8 @@ Result<LeaseRecord> parse_record(std::string_view text) {
   SG_ASSIGN_OR_RETURN(std::string format, f.string("format"));
   SG_ASSIGN_OR_RETURN(uint64_t version, f.u64("version"));
   if (format != kLeaseFormat || version != kLeaseVersion)
-    return Error(ErrorCode::kCorrupt, "format '" + format + "' version " +
-                                          std::to_string(version) + " is not ours");
+    return Error(ErrorCode::kCorrupt,
+                 "format '" + format + "' version " + std::to_string(version) + " is not ours");
   LeaseRecord r;
   SG_ASSIGN_OR_RETURN(r.owner.job_id, f.string("job_id"));
   SG_ASSIGN_OR_RETURN(r.owner.host, f.string("host"));
@@ -133,8 +132,8 @@ struct DirectoryLease::State {
     if (current && current->token == record.token) return {};
     std::string now_held = current ? "now held by " + describe_holder(*current, now)
                                    : std::string("its record is gone");
-    return Error(ErrorCode::kFenced, "lease of checkpoint directory " + q(dir) + " lost: " +
-                                         now_held + "; stop using the directory");
+    return Error(ErrorCode::kFenced, "lease of checkpoint directory " + q(dir) +
+                                         " lost: " + now_held + "; stop using the directory");
   }
 };
 
@@ -184,8 +183,8 @@ Result<DirectoryLease> DirectoryLease::acquire(Filesystem& fs, const std::string
                       "it holds the directory's flock, so it is alive and is never taken over");
       if (!stale(*holder, now, options))
         return refuse(checkpoint_dir, *holder, now,
-                      "its lease is taken over only after " +
-                          format_duration(options.stale_after) + " without renewal");
+                      "its lease is taken over only after " + format_duration(options.stale_after) +
+                          " without renewal");
       s->lock_was_held = true;
       s->timestamp_only = "the flock is still held by a holder whose renewals stopped";
       break;
@@ -197,8 +196,8 @@ Result<DirectoryLease> DirectoryLease::acquire(Filesystem& fs, const std::string
       if (holder && !stale(*holder, now, options) &&
           (!holder->holds_flock || holder->owner.host != this_process_owner("", 0).host))
         return refuse(checkpoint_dir, *holder, now,
-                      "its lease is taken over only after " +
-                          format_duration(options.stale_after) + " without renewal");
+                      "its lease is taken over only after " + format_duration(options.stale_after) +
+                          " without renewal");
       break;
     case LockStatus::kUnsupported: {
       s->timestamp_only = "flock is not available on " + q(meta) + " (" +
@@ -207,8 +206,8 @@ Result<DirectoryLease> DirectoryLease::acquire(Filesystem& fs, const std::string
       spdlog::warn("lease: {}", s->timestamp_only);
       if (holder && !stale(*holder, now, options))
         return refuse(checkpoint_dir, *holder, now,
-                      "its lease is taken over only after " +
-                          format_duration(options.stale_after) + " without renewal");
+                      "its lease is taken over only after " + format_duration(options.stale_after) +
+                          " without renewal");
       break;
     }
   }
@@ -223,8 +222,7 @@ Result<DirectoryLease> DirectoryLease::acquire(Filesystem& fs, const std::string
 }
 
 Status DirectoryLease::renew(WallTime now) {
-  if (s_->released)
-    return Error(ErrorCode::kInvalid, "lease of " + q(s_->dir) + " was released");
+  if (s_->released) return Error(ErrorCode::kInvalid, "lease of " + q(s_->dir) + " was released");
   SG_RETURN_IF_ERROR(s_->check_ours(now));
   if (!s_->lock && s_->lock_was_held) {
     auto lock = s_->fs->try_lock_file(meta_path(s_->dir, kLeaseLockName));

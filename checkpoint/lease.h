@@ -49,7 +49,7 @@ struct LeaseRecord {
   LeaseOwner owner;
   int64_t acquired_unix_ms = 0;
   int64_t renewed_unix_ms = 0;
-  std::string token;       // random per acquisition: tells two holders of one job apart
+  std::string token;  // random per acquisition: tells two holders of one job apart
   bool holds_flock = false;
 };
 

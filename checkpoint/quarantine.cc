@@ -3,9 +3,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <tuple>
-
 #include <boost/json.hpp>
+#include <tuple>
 
 #include "checkpoint/json_fields.h"
 #include "checkpoint/paths.h"
@@ -34,8 +33,8 @@ std::string iso_time(int64_t unix_ms) {
   // The directory name carries the same instant; reuse its formatting.
   std::string name = quarantine_dir_name({0, unix_ms, 1});
   std::string t = name.substr(name.find('-', 5) + 1);  // YYYYMMDDTHHMMSS.mmmZ
-  return t.substr(0, 4) + "-" + t.substr(4, 2) + "-" + t.substr(6, 2) + "T" + t.substr(9, 2) +
-         ":" + t.substr(11, 2) + ":" + t.substr(13);
+  return t.substr(0, 4) + "-" + t.substr(4, 2) + "-" + t.substr(6, 2) + "T" + t.substr(9, 2) + ":" +
+         t.substr(11, 2) + ":" + t.substr(13);
 }
 
 std::string reason_json(uint64_t step, const std::string& reason, int64_t unix_ms,
@@ -61,8 +60,8 @@ Status read_reason(Filesystem& fs, QuarantineEntry& e) {
     SG_ASSIGN_OR_RETURN(std::string format, f.string("format"));
     SG_ASSIGN_OR_RETURN(uint64_t version, f.u64("version"));
     if (format != kReasonFormat || version != kReasonVersion)
-      return Error(ErrorCode::kCorrupt, "format '" + format + "' version " +
-                                            std::to_string(version) + " is not ours");
+      return Error(ErrorCode::kCorrupt,
+                   "format '" + format + "' version " + std::to_string(version) + " is not ours");
     SG_ASSIGN_OR_RETURN(uint64_t step, f.u64("step"));
     if (step != e.step)
       return Error(ErrorCode::kCorrupt, "step " + std::to_string(step) +
@@ -92,13 +91,13 @@ Result<QuarantineEntry> quarantine_step(Filesystem& fs, const std::string& check
   const std::string src = join_path(checkpoint_dir, step_dir_name(step));
   SG_ASSIGN_OR_RETURN(PathKind kind, fs.path_kind(src));
   if (kind == PathKind::kMissing)
-    return Error(ErrorCode::kNotFound, "quarantine step " + std::to_string(step) + ": no " +
-                                           q(src));
+    return Error(ErrorCode::kNotFound,
+                 "quarantine step " + std::to_string(step) + ": no " + q(src));
   if (kind != PathKind::kDirectory)
-    return Error(ErrorCode::kInvalid, "quarantine step " + std::to_string(step) + ": " + q(src) +
-                                          (kind == PathKind::kSymlink
-                                               ? " is a symbolic link (never followed)"
-                                               : " is not a directory"));
+    return Error(ErrorCode::kInvalid,
+                 "quarantine step " + std::to_string(step) + ": " + q(src) +
+                     (kind == PathKind::kSymlink ? " is a symbolic link (never followed)"
+                                                 : " is not a directory"));
   const std::string root = quarantine_root(checkpoint_dir);
   SG_RETURN_IF_ERROR(fs.create_dirs(root));
   SG_RETURN_IF_ERROR(fs.sync_dir(checkpoint_dir));
@@ -117,8 +116,8 @@ Result<QuarantineEntry> quarantine_step(Filesystem& fs, const std::string& check
   QuarantineEntry entry{step, dst, name.unix_ms, reason, who.empty() ? default_who() : who, "", 0};
   // The reason travels inside the directory, so the rename alone is the commit point.
   const std::string reason_path = join_path(src, std::string(kQuarantineReasonName));
-  SG_RETURN_IF_ERROR(atomic_write_file(fs, reason_path,
-                                       reason_json(step, reason, name.unix_ms, entry.who)));
+  SG_RETURN_IF_ERROR(
+      atomic_write_file(fs, reason_path, reason_json(step, reason, name.unix_ms, entry.who)));
   if (auto st = fs.rename(src, dst); !st.ok()) {
     (void)fs.remove(reason_path);
     return std::move(st).error().context("quarantine step " + std::to_string(step));

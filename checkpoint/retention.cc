@@ -74,8 +74,8 @@ Status remove_checkpoint_dir(Filesystem& fs, const std::string& dir) {
   SG_ASSIGN_OR_RETURN(PathKind kind, fs.path_kind(dir));
   if (kind == PathKind::kMissing) return {};
   if (kind == PathKind::kSymlink)
-    return Error(ErrorCode::kInvalid, "not removed: " + q(dir) +
-                                          " is a symbolic link (retention never follows links)");
+    return Error(ErrorCode::kInvalid,
+                 "not removed: " + q(dir) + " is a symbolic link (retention never follows links)");
   if (kind != PathKind::kDirectory)
     return Error(ErrorCode::kInvalid, "not removed: " + q(dir) + " is not a directory");
   // Un-commit first: from here on the directory reads as incomplete.
@@ -101,10 +101,14 @@ Result<size_t> apply_retention(Filesystem& fs, const std::vector<RetentionDecisi
 
 std::string_view removal_kind_name(Removal::Kind kind) {
   switch (kind) {
-    case Removal::Kind::kIncomplete: return "incomplete";
-    case Removal::Kind::kCorrupt: return "corrupt";
-    case Removal::Kind::kComplete: return "complete";
-    case Removal::Kind::kQuarantined: return "quarantined";
+    case Removal::Kind::kIncomplete:
+      return "incomplete";
+    case Removal::Kind::kCorrupt:
+      return "corrupt";
+    case Removal::Kind::kComplete:
+      return "complete";
+    case Removal::Kind::kQuarantined:
+      return "quarantined";
   }
   return "incomplete";
 }
@@ -164,8 +168,8 @@ SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
   for (const QuarantineEntry* e : q_by_age) {
     if (plan.enough) return plan;
     add({Removal::Kind::kQuarantined, e->step, e->dir, e->bytes,
-         "remove quarantined step " + std::to_string(e->step) + " (" + e->reason +
-             "), freeing " + format_size(e->bytes) + " for an emergency save"});
+         "remove quarantined step " + std::to_string(e->step) + " (" + e->reason + "), freeing " +
+             format_size(e->bytes) + " for an emergency save"});
   }
   if (!plan.enough) {
     plan.removals.resize(garbage_only);
@@ -182,8 +186,8 @@ std::vector<Removal> plan_quarantine_gc(const std::vector<QuarantineEntry>& quar
     return a->quarantined_unix_ms < b->quarantined_unix_ms;
   });
   std::vector<Removal> out;
-  const int64_t cutoff = to_unix_ms(now) -
-                         std::chrono::duration_cast<std::chrono::milliseconds>(keep).count();
+  const int64_t cutoff =
+      to_unix_ms(now) - std::chrono::duration_cast<std::chrono::milliseconds>(keep).count();
   for (const QuarantineEntry* e : by_age) {
     if (e->quarantined_unix_ms > cutoff) continue;
     out.push_back({Removal::Kind::kQuarantined, e->step, e->dir, e->bytes,

@@ -29,8 +29,8 @@
 namespace shardguard::checkpoint {
 
 struct RetentionPolicy {
-  uint32_t keep_last = 3;           // newest complete checkpoints kept (0: keep all complete)
-  uint64_t keep_every = 0;          // also keep complete steps divisible by this (0: off)
+  uint32_t keep_last = 3;   // newest complete checkpoints kept (0: keep all complete)
+  uint64_t keep_every = 0;  // also keep complete steps divisible by this (0: off)
   std::set<uint64_t> protected_steps;
 };
 

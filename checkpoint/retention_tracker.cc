@@ -28,7 +28,8 @@ Status RetentionTracker::scan(Filesystem& fs, Verify verify) {
 
 void RetentionTracker::seed(const std::vector<CatalogEntry>& newest_first) {
   for (auto it = newest_first.rbegin(); it != newest_first.rend(); ++it)
-    add(*it, it->manifest && it->state == CheckpointState::kComplete ? it->manifest->total_bytes() : 0,
+    add(*it,
+        it->manifest && it->state == CheckpointState::kComplete ? it->manifest->total_bytes() : 0,
         false);
   due_older_corrupt();
 }
@@ -70,8 +71,8 @@ void RetentionTracker::consider_complete(uint64_t step) {
     return;
   }
   if (policy_.keep_every != 0 && step % policy_.keep_every == 0) return;  // kept for good
-  make_due(step, "complete, older than the newest " + std::to_string(policy_.keep_last) +
-                     " complete");
+  make_due(step,
+           "complete, older than the newest " + std::to_string(policy_.keep_last) + " complete");
 }
 
 void RetentionTracker::consider_garbage(uint64_t step, const std::string& why) {

@@ -78,20 +78,20 @@ class RetentionTracker {
 
   void add(const CatalogEntry& e, uint64_t bytes, bool symlink);
   void window_push(uint64_t step);
-  void consider_complete(uint64_t step);  // out of the window: due or kept
+  void consider_complete(uint64_t step);                         // out of the window: due or kept
   void consider_garbage(uint64_t step, const std::string& why);  // incomplete / corrupt
   void make_due(uint64_t step, std::string why);
   void due_older_corrupt();
 
   std::string dir_;
   RetentionPolicy policy_;
-  std::map<uint64_t, Step> steps_;    // every known step directory
-  std::set<uint64_t> window_;         // the newest keep_last complete steps
-  std::set<uint64_t> held_;           // complete and protected: outside the window
-  std::set<uint64_t> corrupt_kept_;   // corrupt, newer than the newest complete
+  std::map<uint64_t, Step> steps_;   // every known step directory
+  std::set<uint64_t> window_;        // the newest keep_last complete steps
+  std::set<uint64_t> held_;          // complete and protected: outside the window
+  std::set<uint64_t> corrupt_kept_;  // corrupt, newer than the newest complete
   std::set<uint64_t> in_flight_;
-  std::set<uint64_t> due_;            // to hand out
-  std::set<uint64_t> handed_;         // handed out, outcome not yet reported
+  std::set<uint64_t> due_;     // to hand out
+  std::set<uint64_t> handed_;  // handed out, outcome not yet reported
   std::optional<uint64_t> newest_complete_;
 };
 

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -38,8 +37,8 @@ std::string who() {
   const char* user = std::getenv("USER");
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  return std::string("shardguard ckpt quarantine (user ") + (user ? user : "unknown") +
-         ", host " + (host[0] ? host : "unknown") + ", pid " + std::to_string(::getpid()) + ")";
+  return std::string("shardguard ckpt quarantine (user ") + (user ? user : "unknown") + ", host " +
+         (host[0] ? host : "unknown") + ", pid " + std::to_string(::getpid()) + ")";
 }
 
 int run_quarantine(const std::string& dir, uint64_t step, const std::string& reason) {
@@ -72,8 +71,9 @@ void add_ckpt_quarantine_commands(CLI::App& ckpt, int* exit_code) {
   auto args = std::make_shared<Args>();
 
   auto* qc = ckpt.add_subcommand(
-      "quarantine", "Set a step aside: never resumed, exported or listed as latest; kept by gc "
-                    "for --quarantine-keep as evidence");
+      "quarantine",
+      "Set a step aside: never resumed, exported or listed as latest; kept by gc "
+      "for --quarantine-keep as evidence");
   qc->add_option("DIR", args->dir, "checkpoint directory")->required();
   qc->add_option("--step", args->step, "step to quarantine")->required();
   qc->add_option("--reason", args->reason, "why (kept in the quarantine's reason file)")

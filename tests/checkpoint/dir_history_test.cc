@@ -101,15 +101,17 @@ TEST_CASE("A corrupt history is an error naming the file, and can be reset", "[h
   REQUIRE(store_dir_history(posix(), dir.path(), on_run_end({}, true, false), kNow).ok());
   const std::string path = dir / ".shardguard/history.json";
   const std::string good = slurp(path);
-  auto damage = GENERATE(as<std::string>{}, "", "{", "[]", "{\"format\":\"shardguard-dir-history\"}",
-                         "unknown field", "negative count", "duplicate step");
+  auto damage =
+      GENERATE(as<std::string>{}, "", "{", "[]", "{\"format\":\"shardguard-dir-history\"}",
+               "unknown field", "negative count", "duplicate step");
   std::string text = damage;
   if (damage == "unknown field") {
     text = good;
     text.insert(1, "\"extra\":1,");
   } else if (damage == "negative count") {
     text = good;
-    text.replace(text.find("\"preempted_without_commit\":1"), 28, "\"preempted_without_commit\":-1");
+    text.replace(text.find("\"preempted_without_commit\":1"), 28,
+                 "\"preempted_without_commit\":-1");
   } else if (damage == "duplicate step") {
     DirHistory h;
     h = on_attempt_end(h, {5, std::nullopt, false});

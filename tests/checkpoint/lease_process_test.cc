@@ -93,8 +93,8 @@ TEST_CASE("Without flock a stale holder is taken over and a live one is not",
   // Stopped: its renewals stop, the lease goes stale, the next job takes it.
   a->signal(SIGSTOP);
   shardguard::testing::CommandResult taken;
-  REQUIRE(eventually([&] { return (taken = try_take(dir.path(), "job-b", opts)).exit_code == 0; },
-                     5s));
+  REQUIRE(
+      eventually([&] { return (taken = try_take(dir.path(), "job-b", opts)).exit_code == 0; }, 5s));
   CHECK_THAT(taken.out, Catch::Contains("took over from job 'job-a'"));
 
   // Hold it for job-b in the background, then wake job-a: it must learn it lost.

@@ -51,8 +51,7 @@ class LogCapture {
   std::shared_ptr<spdlog::sinks::ostream_sink_mt> sink_;
 };
 
-TEST_CASE("A lease is taken, refused to a second job naming the holder, and released",
-          "[lease]") {
+TEST_CASE("A lease is taken, refused to a second job naming the holder, and released", "[lease]") {
   TempDir dir;
   auto first = DirectoryLease::acquire(posix(), dir.path(), owner("job-a", 4242, 3), kT0);
   REQUIRE(first.ok());
@@ -118,8 +117,8 @@ TEST_CASE("Without flock the renewed timestamp decides, and a log line says so",
   REQUIRE(a.ok());
   CHECK_FALSE(a->holds_flock());
   CHECK_THAT(a->timestamp_only_reason(), Catch::Contains("flock is not available"));
-  CHECK_THAT(log.text(), Catch::Contains("lease: flock is not available on '" + dir.path() +
-                                         "/.shardguard'"));
+  CHECK_THAT(log.text(),
+             Catch::Contains("lease: flock is not available on '" + dir.path() + "/.shardguard'"));
   CHECK_THAT(log.text(), Catch::Contains("renewed timestamps alone"));
   CHECK_THAT(log.text(), Catch::Contains(std::strerror(err)));
   CHECK_FALSE((*read_lease(fs, dir.path()))->holds_flock);
@@ -164,8 +163,8 @@ TEST_CASE("A live flock keeps a holder whose renewals stopped, unless multi-node
 
   // A multi-node coordinator: staleness alone decides (a dead host's lock may linger).
   const LeaseOptions coordinator{3s, false};
-  auto fresh = DirectoryLease::acquire(posix(), dir.path(), owner("job-b", 22), kT0 + 1s,
-                                       coordinator);
+  auto fresh =
+      DirectoryLease::acquire(posix(), dir.path(), owner("job-b", 22), kT0 + 1s, coordinator);
   CHECK_FALSE(fresh.ok());
   auto b = DirectoryLease::acquire(posix(), dir.path(), owner("job-b", 22), late, coordinator);
   REQUIRE(b.ok());
@@ -186,10 +185,9 @@ TEST_CASE("A flock proves only local holders gone", "[lease]") {
   auto write_record = [&](const std::string& host, bool holds_flock, WallTime renewed) {
     spit(dir / ".shardguard/lease",
          "{\"format\":\"shardguard-lease\",\"version\":1,\"job_id\":\"job-x\",\"host\":\"" + host +
-             "\",\"pid\":77,\"epoch\":2,\"acquired_unix_ms\":" +
-             std::to_string(to_unix_ms(kT0)) + ",\"renewed_unix_ms\":" +
-             std::to_string(to_unix_ms(renewed)) + ",\"token\":\"t\",\"holds_flock\":" +
-             (holds_flock ? "true" : "false") + "}\n");
+             "\",\"pid\":77,\"epoch\":2,\"acquired_unix_ms\":" + std::to_string(to_unix_ms(kT0)) +
+             ",\"renewed_unix_ms\":" + std::to_string(to_unix_ms(renewed)) +
+             ",\"token\":\"t\",\"holds_flock\":" + (holds_flock ? "true" : "false") + "}\n");
   };
   const std::string here = this_process_owner("", 0).host;
 
@@ -246,6 +244,19 @@ TEST_CASE("Lease errors name the file", "[lease]") {
   CHECK_THAT(r.error().message(), Catch::Contains(".shardguard/lease"));
   CHECK(DirectoryLease::acquire(posix(), dir.path(), LeaseOwner{}, kT0).error().code() ==
         ErrorCode::kInvalid);
+}
+
+// Not run by default: what a renewal costs (read the record back, write it atomically).
+TEST_CASE("Lease renewal cost", "[.bench]") {
+  TempDir dir;
+  auto lease = DirectoryLease::acquire(posix(), dir.path(), owner("job-a"), kT0);
+  REQUIRE(lease.ok());
+  constexpr int kRounds = 200;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kRounds; ++i) REQUIRE(lease->renew(kT0 + std::chrono::seconds(i)).ok());
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("lease renew: %.3f ms each (%d rounds)\n", ms / kRounds, kRounds);
 }
 
 }  // namespace

@@ -39,22 +39,22 @@ TEST_CASE("Quarantine names carry step, UTC time to the millisecond and a sequen
 }
 
 TEST_CASE("Quarantine names that are not ours are refused", "[paths]") {
-  auto bad = GENERATE(as<std::string>{},
-                      "step-000001200",                         // a live step, not quarantined
-                      "step-000001200-",                        //
-                      "step-000001200-20260102T030405Z",        // no milliseconds
-                      "step-000001200-20260102T030405.123",     // no Z
-                      "step-000001200-20260102 030405.123Z",    // no T
-                      "step-000001200-20261302T030405.123Z",    // month 13
-                      "step-000001200-20260230T030405.123Z",    // 30 February
-                      "step-000001200-20260102T240405.123Z",    // hour 24
-                      "step-000001200-20260102T030460.123Z",    // second 60
-                      "step-000001200-20260102T030405.123Z-1",  // seq 1 is written without
-                      "step-000001200-20260102T030405.123Z-02",
-                      "step-000001200-20260102T030405.123Z-",
-                      "step-000001200-20260102T030405.123Z-x",
-                      "step-12-20260102T030405.123Z",           // short step
-                      "step-000001200-2026010T2030405.123Z", "quarantine.json", "");
+  auto bad =
+      GENERATE(as<std::string>{},
+               "step-000001200",                         // a live step, not quarantined
+               "step-000001200-",                        //
+               "step-000001200-20260102T030405Z",        // no milliseconds
+               "step-000001200-20260102T030405.123",     // no Z
+               "step-000001200-20260102 030405.123Z",    // no T
+               "step-000001200-20261302T030405.123Z",    // month 13
+               "step-000001200-20260230T030405.123Z",    // 30 February
+               "step-000001200-20260102T240405.123Z",    // hour 24
+               "step-000001200-20260102T030460.123Z",    // second 60
+               "step-000001200-20260102T030405.123Z-1",  // seq 1 is written without
+               "step-000001200-20260102T030405.123Z-02", "step-000001200-20260102T030405.123Z-",
+               "step-000001200-20260102T030405.123Z-x",
+               "step-12-20260102T030405.123Z",  // short step
+               "step-000001200-2026010T2030405.123Z", "quarantine.json", "");
   INFO(bad);
   CHECK_FALSE(parse_quarantine_dir_name(bad).has_value());
 }
@@ -67,9 +67,9 @@ TEST_CASE("The directory's own records live under .shardguard", "[paths]") {
   CHECK(meta_path("ck", kDirHistoryName) == "ck/.shardguard/history.json");
   CHECK(quarantine_root("/ck") == "/ck/quarantine");
   // None of them can be taken for a step, a shard or a sidecar.
-  for (std::string_view name : {kQuarantineDirName, kMetaDirName, kQuarantineReasonName,
-                                kLeaseLockName, kLeaseRecordName, kJobIdentityName,
-                                kDirHistoryName, kDirHistoryCorruptName}) {
+  for (std::string_view name :
+       {kQuarantineDirName, kMetaDirName, kQuarantineReasonName, kLeaseLockName, kLeaseRecordName,
+        kJobIdentityName, kDirHistoryName, kDirHistoryCorruptName}) {
     INFO(name);
     CHECK_FALSE(parse_step_dir_name(name).has_value());
     CHECK_FALSE(parse_shard_file_name(name).has_value());

@@ -27,7 +27,8 @@ Filesystem& posix() { return PosixFilesystem::instance(); }
 
 void write_steps(Filesystem& fs, const std::string& dir, std::initializer_list<uint64_t> steps) {
   FakeClock clock;
-  for (uint64_t s : steps) REQUIRE(shardguard::testing::write_step(fs, clock, dir, s, 2, kShape).ok());
+  for (uint64_t s : steps)
+    REQUIRE(shardguard::testing::write_step(fs, clock, dir, s, 2, kShape).ok());
 }
 
 std::vector<uint64_t> listed_steps(const std::string& dir) {
@@ -45,8 +46,8 @@ TEST_CASE("Quarantine moves a step aside with its reason, and nothing picks it",
   TempDir dir;
   write_steps(posix(), dir.path(), {100, 200, 300});
 
-  auto entry = quarantine_step(posix(), dir.path(), 300, "NaN loss 3 steps after resume", kNow,
-                               "test");
+  auto entry =
+      quarantine_step(posix(), dir.path(), 300, "NaN loss 3 steps after resume", kNow, "test");
   REQUIRE(entry.ok());
   CHECK(entry->step == 300);
   CHECK(entry->dir == dir / "quarantine/step-000000300-20260102T030405.123Z");
@@ -112,7 +113,8 @@ TEST_CASE("A quarantined step number is written again; unquarantine is then refu
   CHECK(list_quarantined(posix(), dir.path())->size() == 1);  // untouched
 
   // Set the new one aside too: the most recent copy comes back first.
-  REQUIRE(quarantine_step(posix(), dir.path(), 200, "second", kNow + std::chrono::seconds(5), "t").ok());
+  REQUIRE(quarantine_step(posix(), dir.path(), 200, "second", kNow + std::chrono::seconds(5), "t")
+              .ok());
   auto restored = unquarantine_step(posix(), dir.path(), 200);
   REQUIRE(restored.ok());
   CHECK(restored->reason == "second");
@@ -159,12 +161,12 @@ TEST_CASE("Quarantine refuses what it must not move", "[quarantine]") {
   }
 }
 
-TEST_CASE("list_quarantined tolerates damage and ignores names that are not ours",
-          "[quarantine]") {
+TEST_CASE("list_quarantined tolerates damage and ignores names that are not ours", "[quarantine]") {
   TempDir dir;
   CHECK(list_quarantined(posix(), dir.path())->empty());  // no quarantine/ at all
   write_steps(posix(), dir.path(), {100, 200});
-  REQUIRE(quarantine_step(posix(), dir.path(), 200, "later", kNow + std::chrono::hours(1), "t").ok());
+  REQUIRE(
+      quarantine_step(posix(), dir.path(), 200, "later", kNow + std::chrono::hours(1), "t").ok());
   REQUIRE(quarantine_step(posix(), dir.path(), 100, "earlier", kNow, "t").ok());
   stdfs::create_directories(dir / "quarantine/notes");
   spit(dir / "quarantine/README", "x");

@@ -40,13 +40,13 @@ struct Model {
   std::map<uint64_t, CheckpointState> steps;
   std::vector<CatalogEntry> newest_first() const {
     std::vector<CatalogEntry> out;
-    for (auto it = steps.rbegin(); it != steps.rend(); ++it) out.push_back(entry(it->first, it->second));
+    for (auto it = steps.rbegin(); it != steps.rend(); ++it)
+      out.push_back(entry(it->first, it->second));
     return out;
   }
 };
 
-TEST_CASE("The tracker removes exactly what a full plan would, commit by commit",
-          "[retention]") {
+TEST_CASE("The tracker removes exactly what a full plan would, commit by commit", "[retention]") {
   const uint32_t keep_last = GENERATE(1u, 2u, 3u, 5u);
   const uint64_t keep_every = GENERATE(0u, 500u, 1000u);
   const uint64_t resume = GENERATE(0u, 300u);
@@ -106,8 +106,10 @@ TEST_CASE("The tracker removes exactly what a full plan would, commit by commit"
   CHECK(tracker.steps().size() == m.steps.size());
 }
 
-TEST_CASE("Incomplete steps: never the one being written; gone when abandoned, even with "
-          "keep_last 0", "[retention]") {
+TEST_CASE(
+    "Incomplete steps: never the one being written; gone when abandoned, even with "
+    "keep_last 0",
+    "[retention]") {
   RetentionTracker tracker("/ck", {0, 0, {}});  // keep every complete checkpoint
   tracker.seed({entry(600, CheckpointState::kIncomplete), entry(500, CheckpointState::kComplete),
                 entry(450, CheckpointState::kIncomplete), entry(400, CheckpointState::kComplete)});
@@ -158,8 +160,7 @@ TEST_CASE("Protection holds a step out of the window until it is lifted", "[rete
   CHECK(steps_of(tracker.unprotect(100)) == std::vector<uint64_t>{100});
 }
 
-TEST_CASE("The tracker on a real directory: one scan, then no reads per commit",
-          "[retention]") {
+TEST_CASE("The tracker on a real directory: one scan, then no reads per commit", "[retention]") {
   TempDir dir;
   FakeClock clock;
   for (uint64_t s : {100, 200, 300})
@@ -253,7 +254,7 @@ TEST_CASE("Space recovery frees garbage, then old complete steps, then quarantin
       {600, S::kComplete, "/ck/step-000000600", 10},   // newest complete: never
       {500, S::kComplete, "/ck/step-000000500", 10},   // keep_last 2
       {400, S::kComplete, "/ck/step-000000400", 10},
-      {300, S::kComplete, "/ck/step-000000300", 10},   // the resume step: protected
+      {300, S::kComplete, "/ck/step-000000300", 10},  // the resume step: protected
       {200, S::kComplete, "/ck/step-000000200", 10},
       {150, S::kIncomplete, "/ck/step-000000150", 4},
       {50, S::kCorrupt, "/ck/step-000000050", 3},
@@ -269,8 +270,7 @@ TEST_CASE("Space recovery frees garbage, then old complete steps, then quarantin
     bool enough;
   };
   auto c = GENERATE(Case{0, {}, true}, Case{3, {50}, true}, Case{12, {50, 150, 700}, true},
-                    Case{13, {50, 150, 700, 200}, true},
-                    Case{32, {50, 150, 700, 200, 400}, true},
+                    Case{13, {50, 150, 700, 200}, true}, Case{32, {50, 150, 700, 200, 400}, true},
                     Case{33, {50, 150, 700, 200, 400, 800}, true},
                     Case{46, {50, 150, 700, 200, 400, 800, 900}, true},
                     Case{47, {50, 150, 700}, false});  // cannot fit: garbage only

@@ -1,7 +1,6 @@
 // `shardguard ckpt quarantine / unquarantine`, and what `ls` and `gc` do with quarantined
 // steps, driven through the real binary.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <set>
 
@@ -21,9 +20,9 @@ const testing::StepShape kShape{8, 16};
 
 void write_steps(const std::string& dir, std::initializer_list<uint64_t> steps) {
   for (uint64_t s : steps)
-    REQUIRE(testing::write_step(PosixFilesystem::instance(), RealClock::instance(), dir, s, 1,
-                                kShape)
-                .ok());
+    REQUIRE(
+        testing::write_step(PosixFilesystem::instance(), RealClock::instance(), dir, s, 1, kShape)
+            .ok());
 }
 
 std::string ckpt(const std::string& args) { return shardguard_bin() + " ckpt " + args; }
@@ -79,7 +78,8 @@ TEST_CASE("ckpt quarantine sets a step aside: ls shows why, nothing resumes or e
 TEST_CASE("ckpt unquarantine is refused once the step was written again", "[cli]") {
   TempDir dir;
   write_steps(dir.path(), {100, 200});
-  REQUIRE(run_command(ckpt("quarantine " + dir.path() + " --step 200 --reason bad")).exit_code == 0);
+  REQUIRE(run_command(ckpt("quarantine " + dir.path() + " --step 200 --reason bad")).exit_code ==
+          0);
   write_steps(dir.path(), {200});  // the rolled-back run reached 200 again
   auto uq = run_command(ckpt("unquarantine " + dir.path() + " --step 200"));
   CHECK(uq.exit_code == 1);
@@ -91,12 +91,13 @@ TEST_CASE("ckpt unquarantine is refused once the step was written again", "[cli]
   CHECK(run_command(ckpt("quarantine " + dir.path() + " --step 100")).exit_code == 2);  // no reason
 }
 
-TEST_CASE("ckpt gc frees quarantined steps past --quarantine-keep, and keeps the others",
-          "[cli]") {
+TEST_CASE("ckpt gc frees quarantined steps past --quarantine-keep, and keeps the others", "[cli]") {
   TempDir dir;
   write_steps(dir.path(), {100, 200, 300, 400});
-  REQUIRE(run_command(ckpt("quarantine " + dir.path() + " --step 400 --reason recent")).exit_code == 0);
-  REQUIRE(run_command(ckpt("quarantine " + dir.path() + " --step 300 --reason old")).exit_code == 0);
+  REQUIRE(run_command(ckpt("quarantine " + dir.path() + " --step 400 --reason recent")).exit_code ==
+          0);
+  REQUIRE(run_command(ckpt("quarantine " + dir.path() + " --step 300 --reason old")).exit_code ==
+          0);
   // Age the second one: its time is in its name.
   std::string old_name;
   for (const auto& n : names_in(dir / "quarantine"))
@@ -120,8 +121,10 @@ TEST_CASE("ckpt gc frees quarantined steps past --quarantine-keep, and keeps the
   CHECK(left.begin()->starts_with("step-000000400-"));
 
   // A shorter keep frees the recent one too; a bad duration is a usage error.
-  CHECK(run_command(ckpt("gc " + dir.path() + " --keep-last 3 --quarantine-keep 5x")).exit_code == 2);
-  REQUIRE(run_command(ckpt("gc " + dir.path() + " --keep-last 3 --quarantine-keep 0")).exit_code == 0);
+  CHECK(run_command(ckpt("gc " + dir.path() + " --keep-last 3 --quarantine-keep 5x")).exit_code ==
+        2);
+  REQUIRE(run_command(ckpt("gc " + dir.path() + " --keep-last 3 --quarantine-keep 0")).exit_code ==
+          0);
   CHECK(names_in(dir / "quarantine").empty());
 }
 
@@ -137,9 +140,8 @@ TEST_CASE("ckpt gc: --keep-last 0 keeps every complete step; symbolic links are 
   REQUIRE(gc.exit_code == 0);
   INFO(gc.out);
   CHECK_THAT(gc.out, Catch::Contains("keep_last 0 keeps every complete"));
-  CHECK(names_in(dir.path()) ==
-        std::set<std::string>{"step-000000050", "step-000000100", "step-000000200",
-                              "step-000000300"});
+  CHECK(names_in(dir.path()) == std::set<std::string>{"step-000000050", "step-000000100",
+                                                      "step-000000200", "step-000000300"});
   auto gc1 = run_command(ckpt("gc " + dir.path() + " --keep-last 1"));
   REQUIRE(gc1.exit_code == 0);
   CHECK_THAT(gc1.out, Catch::Contains("symbolic link"));

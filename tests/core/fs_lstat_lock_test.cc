@@ -140,10 +140,14 @@ TEST_CASE("A filesystem without the new calls says so instead of guessing", "[co
     Result<std::unique_ptr<MappedFile>> map_readonly(const std::string&) override {
       return Error(ErrorCode::kUnsupported, "");
     }
-    Result<std::string> read_file(const std::string&) override { return Error(ErrorCode::kUnsupported, ""); }
+    Result<std::string> read_file(const std::string&) override {
+      return Error(ErrorCode::kUnsupported, "");
+    }
     Status rename(const std::string&, const std::string&) override { return {}; }
     Status sync_dir(const std::string&) override { return {}; }
-    Result<std::vector<DirEntry>> list(const std::string&) override { return std::vector<DirEntry>{}; }
+    Result<std::vector<DirEntry>> list(const std::string&) override {
+      return std::vector<DirEntry>{};
+    }
     Status remove(const std::string&) override { return {}; }
     Status remove_all(const std::string&) override { return {}; }
     Status create_dirs(const std::string&) override { return {}; }

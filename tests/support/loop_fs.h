@@ -37,8 +37,8 @@ class LoopFs {
     const std::string image = fs->base_ / "disk.img";
     const std::string mnt = fs->base_ / "mnt";
     if (::geteuid() != 0) return none(why_not, "loop mounts need root");
-    auto r = run_command("truncate -s " + std::to_string(mib) + "M " + image +
-                         " && mkdir -p " + mnt + " && mkfs.ext4 -q -F -m 0 " + image);
+    auto r = run_command("truncate -s " + std::to_string(mib) + "M " + image + " && mkdir -p " +
+                         mnt + " && mkfs.ext4 -q -F -m 0 " + image);
     if (r.exit_code != 0) return none(why_not, "mkfs.ext4 failed: " + r.err);
     r = run_command("mount -o loop " + image + " " + mnt);
     if (r.exit_code != 0) return none(why_not, "mount -o loop failed: " + r.err);
@@ -89,7 +89,8 @@ class LoopFs {
     struct stat st {};
     (void)::fstat(fd, &st);
     if (full && leave > 0) {
-      const off_t keep = st.st_size > static_cast<off_t>(leave) ? st.st_size - static_cast<off_t>(leave) : 0;
+      const off_t keep =
+          st.st_size > static_cast<off_t>(leave) ? st.st_size - static_cast<off_t>(leave) : 0;
       (void)::ftruncate(fd, keep);
       (void)::fsync(fd);
     }
@@ -98,7 +99,10 @@ class LoopFs {
   }
 
   // Removes the filler: the disk has room again.
-  void unfill() { ::unlink((path_ + "/filler").c_str()); ::sync(); }
+  void unfill() {
+    ::unlink((path_ + "/filler").c_str());
+    ::sync();
+  }
 
  private:
   LoopFs() = default;

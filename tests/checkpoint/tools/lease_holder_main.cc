@@ -36,12 +36,18 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
     auto number = [&] { return i + 1 < argc ? std::strtol(argv[++i], nullptr, 10) : 0L; };
-    if (a == "--try") try_only = true;
-    else if (a == "--no-flock") no_flock = true;
-    else if (a == "--coordinator") options.live_flock_never_stale = false;
-    else if (a == "--renew-ms") renew_ms = number();
-    else if (a == "--stale-ms") options.stale_after = std::chrono::milliseconds(number());
-    else if (a == "--hold-ms") hold_ms = number();
+    if (a == "--try")
+      try_only = true;
+    else if (a == "--no-flock")
+      no_flock = true;
+    else if (a == "--coordinator")
+      options.live_flock_never_stale = false;
+    else if (a == "--renew-ms")
+      renew_ms = number();
+    else if (a == "--stale-ms")
+      options.stale_after = std::chrono::milliseconds(number());
+    else if (a == "--hold-ms")
+      hold_ms = number();
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -50,8 +56,8 @@ int main(int argc, char** argv) {
   FaultInjectingFilesystem fs(PosixFilesystem::instance());
   if (no_flock) fs.set_lock_errno(ENOLCK);
   auto& clock = RealClock::instance();
-  auto lease = DirectoryLease::acquire(fs, dir, this_process_owner(job, 1), clock.wall_now(),
-                                       options);
+  auto lease =
+      DirectoryLease::acquire(fs, dir, this_process_owner(job, 1), clock.wall_now(), options);
   if (!lease.ok()) {
     std::printf("refused: %s\n", lease.error().message().c_str());
     return 3;
