@@ -74,33 +74,40 @@ TEST_CASE("A second process is refused naming the first; SIGKILL frees the direc
   CHECK_THAT(c.out, Catch::Contains("took over from job 'job-a'"));
 }
 
+// Stops a holder right after one of its renewals (see --pause-on) and waits until it has.
+void pause_holder(const std::string& pause_file, const std::string& log) {
+  shardguard::testing::spit(pause_file, "");
+  REQUIRE(eventually([&] { return slurp(log).find("pausing") != std::string::npos; }, 10s));
+}
+
 TEST_CASE("Without flock a stale holder is taken over and a live one is not",
           "[lease][integration]") {
   TempDir dir, logs;
-  const std::string opts = "--no-flock --stale-ms 600";
-  auto a = start_holder(dir.path(), "job-a", logs / "a.log", {"--no-flock", "--stale-ms", "600"});
+  const std::string opts = "--no-flock --stale-ms 1500";
+  auto a = start_holder(dir.path(), "job-a", logs / "a.log",
+                        {"--no-flock", "--stale-ms", "1500", "--pause-on", logs / "pause-a"});
   CHECK_THAT(slurp(logs / "a.log"), Catch::Contains("flock=0"));
   CHECK_THAT(slurp(logs / "a.log"), Catch::Contains("renewed timestamps alone"));
 
-  // Renewing every 100 ms: live, however many times we ask within a second.
+  // Renewing every 100 ms: live, however many times we ask.
   for (int i = 0; i < 5; ++i) {
     auto b = try_take(dir.path(), "job-b", opts);
     REQUIRE(b.exit_code == 3);
     CHECK_THAT(b.out, Catch::Contains("pid " + std::to_string(a->pid())));
-    std::this_thread::sleep_for(150ms);
+    std::this_thread::sleep_for(200ms);
   }
 
   // Stopped: its renewals stop, the lease goes stale, the next job takes it.
-  a->signal(SIGSTOP);
+  pause_holder(logs / "pause-a", logs / "a.log");
   shardguard::testing::CommandResult taken;
-  REQUIRE(
-      eventually([&] { return (taken = try_take(dir.path(), "job-b", opts)).exit_code == 0; }, 5s));
+  REQUIRE(eventually([&] { return (taken = try_take(dir.path(), "job-b", opts)).exit_code == 0; },
+                     10s));
   CHECK_THAT(taken.out, Catch::Contains("took over from job 'job-a'"));
 
   // Hold it for job-b in the background, then wake job-a: it must learn it lost.
-  auto b = start_holder(dir.path(), "job-b", logs / "b.log", {"--no-flock", "--stale-ms", "600"});
+  auto b = start_holder(dir.path(), "job-b", logs / "b.log", {"--no-flock", "--stale-ms", "1500"});
   a->signal(SIGCONT);
-  auto code = a->wait(5s);
+  auto code = a->wait(10s);
   REQUIRE(code.has_value());
   CHECK(*code == 4);
   CHECK_THAT(slurp(logs / "a.log"), Catch::Contains("lost: lease of checkpoint directory"));
@@ -111,9 +118,10 @@ TEST_CASE("Without flock a stale holder is taken over and a live one is not",
 TEST_CASE("A stopped holder with a live flock is never stale on one node; a coordinator's is",
           "[lease][integration]") {
   TempDir dir, logs;
-  auto a = start_holder(dir.path(), "job-a", logs / "a.log", {"--stale-ms", "300"});
-  a->signal(SIGSTOP);
-  std::this_thread::sleep_for(600ms);  // twice the staleness: renewals have stopped
+  auto a = start_holder(dir.path(), "job-a", logs / "a.log",
+                        {"--stale-ms", "300", "--pause-on", logs / "pause-a"});
+  pause_holder(logs / "pause-a", logs / "a.log");
+  std::this_thread::sleep_for(600ms);  // twice the staleness: its renewals have stopped
 
   auto refused = try_take(dir.path(), "job-b", "--stale-ms 300");
   CHECK(refused.exit_code == 3);
@@ -125,7 +133,7 @@ TEST_CASE("A stopped holder with a live flock is never stale on one node; a coor
 
   a->signal(SIGCONT);
   // b released at once (--try), so a finds its record gone and stops.
-  auto code = a->wait(5s);
+  auto code = a->wait(10s);
   REQUIRE(code.has_value());
   CHECK(*code == 4);
   CHECK_THAT(slurp(logs / "a.log"), Catch::Contains("lost:"));

@@ -1,14 +1,17 @@
 // A process that takes a checkpoint directory's lease, for the two-process lease tests.
 //
 //   sg_test_lease_holder DIR JOB [--try] [--no-flock] [--coordinator]
-//                        [--renew-ms N] [--stale-ms N] [--hold-ms N]
+//                        [--renew-ms N] [--stale-ms N] [--hold-ms N] [--pause-on FILE]
 //
 // Prints "acquired pid=P" (plus "took over from ..." when it replaced a holder) or
 // "refused: <message>" (exit 3). With --try it releases at once and exits 0; otherwise it
 // renews every --renew-ms (0: never) until --hold-ms passes (0: until killed), printing
 // "lost: <message>" and exiting 4 if a renewal finds the lease taken. --no-flock plays a
 // filesystem without flock (ENOLCK) through the fault filesystem; --coordinator is the
-// multi-node setting (a live flock does not keep a stale holder).
+// multi-node setting (a live flock does not keep a stale holder). --pause-on FILE: once FILE
+// exists, the process removes it, prints "pausing" and stops itself (SIGSTOP) right after a
+// renewal, so a test knows its renewals stopped at a clean point; SIGCONT resumes it.
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -32,6 +35,7 @@ int main(int argc, char** argv) {
   const std::string dir = argv[1], job = argv[2];
   bool try_only = false, no_flock = false;
   long renew_ms = 0, hold_ms = 0;
+  std::string pause_on;
   LeaseOptions options;
   for (int i = 3; i < argc; ++i) {
     const std::string a = argv[i];
@@ -48,6 +52,8 @@ int main(int argc, char** argv) {
       options.stale_after = std::chrono::milliseconds(number());
     else if (a == "--hold-ms")
       hold_ms = number();
+    else if (a == "--pause-on" && i + 1 < argc)
+      pause_on = argv[++i];
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -78,6 +84,11 @@ int main(int argc, char** argv) {
       std::printf("lost: %s\n", st.error().message().c_str());
       std::fflush(stdout);
       return 4;
+    }
+    if (!pause_on.empty() && ::unlink(pause_on.c_str()) == 0) {
+      std::printf("pausing\n");
+      std::fflush(stdout);
+      ::raise(SIGSTOP);
     }
   }
   auto st = lease->release();
