@@ -12,7 +12,7 @@
 
 #include "agent/drain_source.h"
 #include "agent/embedded_agent.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "cli/run_command.h"
 #include "core/logging.h"
 #include "hooks/lifecycle.h"

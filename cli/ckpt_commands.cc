@@ -17,7 +17,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
 #include "cli/ckpt_quarantine_command.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "core/clock.h"
 #include "core/units.h"
 

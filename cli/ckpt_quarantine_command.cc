@@ -10,8 +10,8 @@
 #include "checkpoint/lease.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/quarantine.h"
-#include "cli/exit_codes.h"
 #include "core/clock.h"
+#include "core/exit_codes.h"
 
 namespace shardguard::cli {
 namespace {

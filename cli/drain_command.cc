@@ -5,7 +5,7 @@
 #include <cstdio>
 
 #include "agent/drain_source.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "cli/run_command.h"
 #include "core/units.h"
 

@@ -7,7 +7,7 @@
 #include <exception>
 
 #include "cli/ckpt_commands.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "cli/run_command.h"
 #include "core/logging.h"
 

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <random>
 
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "io/event_loop.h"
 #include "io/http_server.h"
 #include "io/process.h"

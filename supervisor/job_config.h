@@ -15,10 +15,11 @@
 #include "agent/health/health_config.h"
 #include "core/clock.h"
 #include "hooks/lifecycle.h"
+#include "policies/checkpoint_interval.h"
 
 namespace shardguard::supervisor {
 
-enum class IntervalMode { kSteps, kTime, kAuto };
+using IntervalMode = policies::IntervalMode;
 enum class VerifyMode { kSize, kChecksum };
 
 struct RestartBudget {
