@@ -16,6 +16,9 @@ Result<std::vector<std::pair<uint64_t, std::string>>> step_dirs(Filesystem& fs,
   if (!present) return out;
   SG_ASSIGN_OR_RETURN(auto entries, fs.list(dir));
   for (const DirEntry& e : entries) {
+    // Set-aside steps and the directory's own records are never checkpoints, whatever
+    // their contents (explicit, not left to the name parser).
+    if (e.name == kQuarantineDirName || e.name == kMetaDirName) continue;
     auto step = parse_step_dir_name(e.name);
     if (e.is_dir && step) out.emplace_back(*step, join_path(dir, e.name));
   }

@@ -3,7 +3,8 @@
 // if its manifest.json exists, parses, names the directory's step, and every file it lists
 // has the listed size (and, with Verify::kChecksum, checksum). Nothing else (no "latest"
 // pointer) is trusted; names that do not parse as step directories are not ours and are
-// ignored. Thread-safety: pure functions over the Filesystem; safe from any thread.
+// ignored, and quarantine/ and .shardguard/ are never listed (checkpoint/quarantine.h).
+// Thread-safety: pure functions over the Filesystem; safe from any thread.
 #pragma once
 
 #include <cstdint>

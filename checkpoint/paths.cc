@@ -1,7 +1,10 @@
 #include "checkpoint/paths.h"
 
 #include <charconv>
+#include <chrono>
 #include <cstdio>
+
+#include "core/filesystem.h"
 
 namespace shardguard::checkpoint {
 namespace {
@@ -35,6 +38,67 @@ std::string step_dir_name(uint64_t step) {
 std::optional<uint64_t> parse_step_dir_name(std::string_view name) {
   if (!consume(name, "step-")) return std::nullopt;
   return parse_number<uint64_t>(name, 9);
+}
+
+std::string meta_dir(const std::string& checkpoint_dir) {
+  return join_path(checkpoint_dir, std::string(kMetaDirName));
+}
+
+std::string meta_path(const std::string& checkpoint_dir, std::string_view name) {
+  return join_path(meta_dir(checkpoint_dir), std::string(name));
+}
+
+std::string quarantine_root(const std::string& checkpoint_dir) {
+  return join_path(checkpoint_dir, std::string(kQuarantineDirName));
+}
+
+std::string quarantine_dir_name(const QuarantineName& q) {
+  using namespace std::chrono;
+  const sys_time<milliseconds> t{milliseconds(q.unix_ms)};
+  const auto day = floor<days>(t);
+  const year_month_day ymd{day};
+  const hh_mm_ss hms{t - day};
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%s-%04d%02u%02uT%02lld%02lld%02lld.%03lldZ",
+                step_dir_name(q.step).c_str(), static_cast<int>(ymd.year()),
+                static_cast<unsigned>(ymd.month()), static_cast<unsigned>(ymd.day()),
+                static_cast<long long>(hms.hours().count()),
+                static_cast<long long>(hms.minutes().count()),
+                static_cast<long long>(hms.seconds().count()),
+                static_cast<long long>(hms.subseconds().count()));
+  std::string out = buf;
+  if (q.seq > 1) out += "-" + std::to_string(q.seq);
+  return out;
+}
+
+std::optional<QuarantineName> parse_quarantine_dir_name(std::string_view name) {
+  using namespace std::chrono;
+  if (!consume(name, "step-")) return std::nullopt;
+  const auto dash = name.find('-');
+  if (dash == std::string_view::npos) return std::nullopt;
+  auto step = parse_number<uint64_t>(name.substr(0, dash), 9);
+  name.remove_prefix(dash + 1);
+  // YYYYMMDDTHHMMSS.mmmZ: exactly 20 characters, then optionally "-<seq>".
+  if (!step || name.size() < 20 || name[8] != 'T' || name[15] != '.' || name[19] != 'Z')
+    return std::nullopt;
+  auto field = [&](size_t at, size_t len) { return parse_number<unsigned>(name.substr(at, len), len); };
+  auto y = field(0, 4), mo = field(4, 2), d = field(6, 2), h = field(9, 2), mi = field(11, 2),
+       sec = field(13, 2), ms = field(16, 3);
+  if (!y || !mo || !d || !h || !mi || !sec || !ms) return std::nullopt;
+  const year_month_day ymd{year(static_cast<int>(*y)), month(*mo), day(*d)};
+  if (!ymd.ok() || *h > 23 || *mi > 59 || *sec > 59) return std::nullopt;
+  QuarantineName q;
+  q.step = *step;
+  const auto t = sys_days(ymd) + hours(*h) + minutes(*mi) + seconds(*sec) + milliseconds(*ms);
+  q.unix_ms = duration_cast<milliseconds>(t.time_since_epoch()).count();
+  std::string_view rest = name.substr(20);
+  if (!rest.empty()) {
+    if (!consume(rest, "-")) return std::nullopt;
+    auto seq = parse_number<uint32_t>(rest, 1);
+    if (!seq || *seq < 2 || rest.front() == '0') return std::nullopt;
+    q.seq = *seq;
+  }
+  return q;
 }
 
 std::string shard_file_name(uint32_t rank, uint32_t world_size) {

@@ -8,6 +8,16 @@
 //       manifest.json                        written last: the commit point
 //       model.safetensors.index.json         HF index, when every tensor is whole in one file
 //     step-000001500/ ...
+//     quarantine/                            steps set aside: never resumed, listed or exported
+//       step-000001200-20260102T030405.123Z/ the step directory as it was, moved here, plus
+//         quarantine.json                    why, when, by whom (checkpoint/quarantine.h)
+//     .shardguard/                           the directory's own records, not checkpoints
+//       lease.lock                           flock target; never replaced, so the lock stays
+//                                            on one inode while the record is rewritten
+//       lease                                the holder: job, host, pid, epoch, renewal time
+//       job.json                             the job id the directory belongs to
+//       history.json                         counts that outlive runs (exit-78 rule, loop breaker)
+//       history.json.corrupt                 a corrupt history kept aside when it was reset
 //
 // Temporary files carry the writer's attempt and pid (".tmp.a<attempt>.<pid>") so stale ones
 // are recognised and removed. Recovery parses names, it never trusts them: a name that does
@@ -23,9 +33,35 @@ namespace shardguard::checkpoint {
 
 inline constexpr std::string_view kManifestName = "manifest.json";
 inline constexpr std::string_view kHfIndexName = "model.safetensors.index.json";
+inline constexpr std::string_view kQuarantineDirName = "quarantine";
+inline constexpr std::string_view kQuarantineReasonName = "quarantine.json";
+inline constexpr std::string_view kMetaDirName = ".shardguard";
+inline constexpr std::string_view kLeaseLockName = "lease.lock";
+inline constexpr std::string_view kLeaseRecordName = "lease";
+inline constexpr std::string_view kJobIdentityName = "job.json";
+inline constexpr std::string_view kDirHistoryName = "history.json";
+inline constexpr std::string_view kDirHistoryCorruptName = "history.json.corrupt";  // kept aside
+
+// "<checkpoint_dir>/.shardguard" and "<checkpoint_dir>/.shardguard/<name>" for one of the
+// k*Name records above.
+std::string meta_dir(const std::string& checkpoint_dir);
+std::string meta_path(const std::string& checkpoint_dir, std::string_view name);
+// "<checkpoint_dir>/quarantine"
+std::string quarantine_root(const std::string& checkpoint_dir);
 
 std::string step_dir_name(uint64_t step);                   // "step-000001200"
 std::optional<uint64_t> parse_step_dir_name(std::string_view name);
+
+// A quarantined step directory: the step, the UTC time it was set aside (to the
+// millisecond) and, when two land in the same millisecond, a sequence number from 2 up.
+struct QuarantineName {
+  uint64_t step = 0;
+  int64_t unix_ms = 0;
+  uint32_t seq = 1;
+};
+// "step-000001200-20260102T030405.123Z", with "-<seq>" appended when seq > 1.
+std::string quarantine_dir_name(const QuarantineName& q);
+std::optional<QuarantineName> parse_quarantine_dir_name(std::string_view name);
 
 std::string shard_file_name(uint32_t rank, uint32_t world_size);  // "shard-00000-of-00008.safetensors"
 struct ShardName {

@@ -1,8 +1,24 @@
 #include "checkpoint/retention.h"
 
+#include <algorithm>
+
 #include "checkpoint/paths.h"
+#include "core/units.h"
 
 namespace shardguard::checkpoint {
+namespace {
+
+std::string q(const std::string& s) { return "'" + s + "'"; }
+
+std::string keep_last_text(uint32_t keep_last) {
+  return "the newest " + std::to_string(keep_last) + " complete";
+}
+
+Removal removal_of(const StepSpace& s, Removal::Kind kind, std::string why) {
+  return {kind, s.step, s.dir, s.bytes, "remove step " + std::to_string(s.step) + ": " + why};
+}
+
+}  // namespace
 
 std::vector<RetentionDecision> plan_retention(const std::vector<CatalogEntry>& newest_first,
                                               const RetentionPolicy& policy) {
@@ -20,13 +36,15 @@ std::vector<RetentionDecision> plan_retention(const std::vector<CatalogEntry>& n
       d.why = "keep: protected (a running attempt resumed from it)";
     } else if (e.state == CheckpointState::kComplete) {
       ++complete_seen;
-      if (complete_seen <= policy.keep_last) {
-        d.why = "keep: among the newest " + std::to_string(policy.keep_last) + " complete";
+      if (policy.keep_last == 0) {
+        d.why = "keep: keep_last 0 keeps every complete checkpoint";
+      } else if (complete_seen <= policy.keep_last) {
+        d.why = "keep: among " + keep_last_text(policy.keep_last);
       } else if (policy.keep_every != 0 && e.step % policy.keep_every == 0) {
         d.why = "keep: step is a multiple of " + std::to_string(policy.keep_every);
       } else {
         d.remove = true;
-        d.why = "remove: older than the newest " + std::to_string(policy.keep_last) + " complete";
+        d.why = "remove: older than " + keep_last_text(policy.keep_last);
       }
     } else if (newest_complete && e.step < *newest_complete) {
       d.remove = true;
@@ -41,23 +59,142 @@ std::vector<RetentionDecision> plan_retention(const std::vector<CatalogEntry>& n
   return out;
 }
 
+Status keep_symlinked_steps(Filesystem& fs, std::vector<RetentionDecision>& plan) {
+  for (auto& d : plan) {
+    if (!d.remove) continue;
+    SG_ASSIGN_OR_RETURN(PathKind kind, fs.path_kind(d.entry.dir));
+    if (kind != PathKind::kSymlink) continue;
+    d.remove = false;
+    d.why = "keep: a symbolic link (retention never follows or deletes links)";
+  }
+  return {};
+}
+
+Status remove_checkpoint_dir(Filesystem& fs, const std::string& dir) {
+  SG_ASSIGN_OR_RETURN(PathKind kind, fs.path_kind(dir));
+  if (kind == PathKind::kMissing) return {};
+  if (kind == PathKind::kSymlink)
+    return Error(ErrorCode::kInvalid,
+                 "not removed: " + q(dir) + " is a symbolic link (retention never follows links)");
+  if (kind != PathKind::kDirectory)
+    return Error(ErrorCode::kInvalid, "not removed: " + q(dir) + " is not a directory");
+  // Un-commit first: from here on the directory reads as incomplete.
+  const std::string manifest = join_path(dir, std::string(kManifestName));
+  SG_ASSIGN_OR_RETURN(PathKind manifest_kind, fs.path_kind(manifest));
+  if (manifest_kind != PathKind::kMissing) {
+    SG_RETURN_IF_ERROR(fs.remove(manifest));  // unlink: a link here is removed, not followed
+    SG_RETURN_IF_ERROR(fs.sync_dir(dir));
+  }
+  SG_RETURN_IF_ERROR(fs.remove_all(dir));
+  return fs.sync_dir(parent_dir(dir));
+}
+
 Result<size_t> apply_retention(Filesystem& fs, const std::vector<RetentionDecision>& plan) {
   size_t removed = 0;
   for (const auto& d : plan) {
     if (!d.remove) continue;
-    const std::string& dir = d.entry.dir;
-    // Un-commit first: from here on the directory reads as incomplete.
-    const std::string manifest = join_path(dir, std::string(kManifestName));
-    SG_ASSIGN_OR_RETURN(bool has_manifest, fs.exists(manifest));
-    if (has_manifest) {
-      SG_RETURN_IF_ERROR(fs.remove(manifest));
-      SG_RETURN_IF_ERROR(fs.sync_dir(dir));
-    }
-    SG_RETURN_IF_ERROR(fs.remove_all(dir));
+    SG_RETURN_IF_ERROR(remove_checkpoint_dir(fs, d.entry.dir));
     ++removed;
   }
-  if (removed > 0 && !plan.empty()) SG_RETURN_IF_ERROR(fs.sync_dir(parent_dir(plan[0].entry.dir)));
   return removed;
+}
+
+std::string_view removal_kind_name(Removal::Kind kind) {
+  switch (kind) {
+    case Removal::Kind::kIncomplete:
+      return "incomplete";
+    case Removal::Kind::kCorrupt:
+      return "corrupt";
+    case Removal::Kind::kComplete:
+      return "complete";
+    case Removal::Kind::kQuarantined:
+      return "quarantined";
+  }
+  return "incomplete";
+}
+
+SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
+                                      const std::vector<QuarantineEntry>& quarantined,
+                                      uint64_t bytes_to_free,
+                                      const std::set<uint64_t>& protected_steps,
+                                      uint32_t keep_last) {
+  std::vector<const StepSpace*> by_age;  // oldest first
+  for (const auto& s : steps) by_age.push_back(&s);
+  std::sort(by_age.begin(), by_age.end(),
+            [](const StepSpace* a, const StepSpace* b) { return a->step < b->step; });
+
+  // Complete steps that stay whatever happens: the newest (resume needs one) and the
+  // newest keep_last (keep_last 0: all of them).
+  std::set<uint64_t> kept_complete;
+  uint32_t complete_seen = 0;
+  for (auto it = by_age.rbegin(); it != by_age.rend(); ++it) {
+    if ((*it)->state != CheckpointState::kComplete) continue;
+    ++complete_seen;
+    if (complete_seen == 1 || keep_last == 0 || complete_seen <= keep_last)
+      kept_complete.insert((*it)->step);
+  }
+
+  SpaceRecoveryPlan plan;
+  auto add = [&](Removal r) {
+    plan.bytes_freed += r.bytes;
+    plan.removals.push_back(std::move(r));
+    plan.enough = plan.bytes_freed >= bytes_to_free;
+  };
+  plan.enough = bytes_to_free == 0;
+  for (const StepSpace* s : by_age) {
+    if (plan.enough) return plan;
+    if (s->state == CheckpointState::kComplete || protected_steps.contains(s->step)) continue;
+    const bool corrupt = s->state == CheckpointState::kCorrupt;
+    add(removal_of(*s, corrupt ? Removal::Kind::kCorrupt : Removal::Kind::kIncomplete,
+                   std::string(checkpoint_state_name(s->state)) + ", freeing " +
+                       format_size(s->bytes) + " for an emergency save"));
+  }
+  const size_t garbage_only = plan.removals.size();
+  const uint64_t garbage_bytes = plan.bytes_freed;
+  for (const StepSpace* s : by_age) {
+    if (plan.enough) return plan;
+    if (s->state != CheckpointState::kComplete || kept_complete.contains(s->step) ||
+        protected_steps.contains(s->step))
+      continue;
+    add(removal_of(*s, Removal::Kind::kComplete,
+                   "complete, older than " + keep_last_text(keep_last) + ", freeing " +
+                       format_size(s->bytes) + " for an emergency save"));
+  }
+  std::vector<const QuarantineEntry*> q_by_age;
+  for (const auto& e : quarantined) q_by_age.push_back(&e);
+  std::stable_sort(q_by_age.begin(), q_by_age.end(), [](const auto* a, const auto* b) {
+    return a->quarantined_unix_ms < b->quarantined_unix_ms;
+  });
+  for (const QuarantineEntry* e : q_by_age) {
+    if (plan.enough) return plan;
+    add({Removal::Kind::kQuarantined, e->step, e->dir, e->bytes,
+         "remove quarantined step " + std::to_string(e->step) + " (" + e->reason + "), freeing " +
+             format_size(e->bytes) + " for an emergency save"});
+  }
+  if (!plan.enough) {
+    plan.removals.resize(garbage_only);
+    plan.bytes_freed = garbage_bytes;
+  }
+  return plan;
+}
+
+std::vector<Removal> plan_quarantine_gc(const std::vector<QuarantineEntry>& quarantined,
+                                        WallTime now, Duration keep) {
+  std::vector<const QuarantineEntry*> by_age;
+  for (const auto& e : quarantined) by_age.push_back(&e);
+  std::stable_sort(by_age.begin(), by_age.end(), [](const auto* a, const auto* b) {
+    return a->quarantined_unix_ms < b->quarantined_unix_ms;
+  });
+  std::vector<Removal> out;
+  const int64_t cutoff =
+      to_unix_ms(now) - std::chrono::duration_cast<std::chrono::milliseconds>(keep).count();
+  for (const QuarantineEntry* e : by_age) {
+    if (e->quarantined_unix_ms > cutoff) continue;
+    out.push_back({Removal::Kind::kQuarantined, e->step, e->dir, e->bytes,
+                   "remove quarantined step " + std::to_string(e->step) + ": kept " +
+                       format_duration(keep) + " (quarantine_keep), reason was: " + e->reason});
+  }
+  return out;
 }
 
 }  // namespace shardguard::checkpoint

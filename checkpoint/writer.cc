@@ -294,12 +294,19 @@ Result<Sidecar> ShardWriter::finish() {
     (void)m.fs->remove(tmp_path);
     return std::move(st).error();
   }
-  // The shard's name is durable before the sidecar that points at it appears.
-  SG_RETURN_IF_ERROR(m.fs->sync_dir(dir));
-
   Sidecar sidecar = m.make_sidecar(checksum);
-  SG_RETURN_IF_ERROR(
-      atomic_write_file(*m.fs, join_path(dir, sidecar_name(opt.rank)), sidecar_to_json(sidecar)));
+  const std::string sidecar_path = join_path(dir, sidecar_name(opt.rank));
+  // The shard's name is durable before the sidecar that points at it appears.
+  Status published = m.fs->sync_dir(dir);
+  if (published.ok())
+    published = atomic_write_file(*m.fs, sidecar_path, sidecar_to_json(sidecar));
+  if (!published.ok()) {
+    // A failed save leaves nothing of this rank: no orphan shard (on a full disk it is the
+    // space to give back), and no sidecar whose durability is unknown.
+    (void)m.fs->remove(sidecar_path);
+    (void)m.fs->remove(final_path);
+    return std::move(published).error();
+  }
   return sidecar;
 }
 

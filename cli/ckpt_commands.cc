@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -12,8 +13,10 @@
 #include "checkpoint/catalog.h"
 #include "checkpoint/hf_export.h"
 #include "checkpoint/paths.h"
+#include "checkpoint/quarantine.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
+#include "cli/ckpt_quarantine_command.h"
 #include "core/exit_codes.h"
 #include "core/clock.h"
 #include "core/units.h"
@@ -59,10 +62,30 @@ Result<CheckpointReader> open_complete(Filesystem& fs, const std::string& dir,
   return CheckpointReader::open(fs, entry.dir);
 }
 
+std::string quarantine_age(const QuarantineEntry& q) {
+  const int64_t now = to_unix_ms(RealClock::instance().wall_now());
+  return format_duration(std::chrono::milliseconds(std::max<int64_t>(0, now - q.quarantined_unix_ms)));
+}
+
+// Quarantined steps below the table: never resumed, but shown with why they were set aside.
+void print_quarantined(const std::vector<QuarantineEntry>& quarantined) {
+  if (quarantined.empty()) return;
+  std::printf("\nQUARANTINED (oldest first; never resumed or exported)\n");
+  std::printf("%-12s %10s %12s %s\n", "STEP", "AGE", "BYTES", "REASON");
+  for (const auto& q : quarantined) {
+    std::string reason = q.problem.empty() ? q.reason : "(" + q.problem + ")";
+    if (!q.who.empty()) reason += "  [by " + q.who + "]";
+    std::printf("%-12llu %10s %12s %s\n", static_cast<unsigned long long>(q.step),
+                quarantine_age(q).c_str(), format_size(q.bytes).c_str(), reason.c_str());
+  }
+}
+
 int run_ls(const std::string& dir, bool as_json, bool full) {
   auto& fs = PosixFilesystem::instance();
   auto entries = list_checkpoints(fs, dir, full ? Verify::kChecksum : Verify::kSize);
   if (!entries.ok()) return fail(entries.error());
+  auto quarantined = list_quarantined(fs, dir);
+  if (!quarantined.ok()) return fail(quarantined.error());
   if (as_json) {
     json::array out;
     for (const auto& e : *entries) {
@@ -79,6 +102,15 @@ int run_ls(const std::string& dir, bool as_json, bool full) {
       }
       out.emplace_back(std::move(o));
     }
+    for (const auto& q : *quarantined)
+      out.emplace_back(json::object{{"step", q.step},
+                                    {"state", "quarantined"},
+                                    {"dir", q.dir},
+                                    {"problem", q.problem},
+                                    {"quarantine_reason", q.reason},
+                                    {"quarantined_by", q.who},
+                                    {"quarantined_unix_ms", q.quarantined_unix_ms},
+                                    {"bytes", q.bytes}});
     std::printf("%s\n", json::serialize(out).c_str());
     return kExitOk;
   }
@@ -93,6 +125,7 @@ int run_ls(const std::string& dir, bool as_json, bool full) {
                 std::string(checkpoint_state_name(e.state)).c_str(), world.c_str(),
                 bytes.c_str(), age_of(e).c_str(), reason.c_str(), e.reason.c_str());
   }
+  print_quarantined(*quarantined);
   return kExitOk;
 }
 
@@ -183,18 +216,40 @@ int run_inspect(const std::string& dir, std::optional<uint64_t> step, bool hash,
 }
 
 int run_gc(const std::string& dir, uint32_t keep_last, uint64_t keep_every, bool dry_run,
-           const std::vector<uint64_t>& protect) {
+           const std::vector<uint64_t>& protect, const std::string& quarantine_keep_text) {
   auto& fs = PosixFilesystem::instance();
+  auto quarantine_keep = parse_duration(quarantine_keep_text);
+  if (!quarantine_keep.ok())
+    return fail(quarantine_keep.error().context("--quarantine-keep"), kExitUsage);
   auto entries = list_checkpoints(fs, dir, Verify::kSize);
   if (!entries.ok()) return fail(entries.error());
+  auto quarantined = list_quarantined(fs, dir);
+  if (!quarantined.ok()) return fail(quarantined.error());
   RetentionPolicy policy{keep_last, keep_every, {protect.begin(), protect.end()}};
   auto plan = plan_retention(*entries, policy);
+  if (auto st = keep_symlinked_steps(fs, plan); !st.ok()) return fail(st.error());
   for (const auto& d : plan)
     std::printf("%-12llu %s\n", static_cast<unsigned long long>(d.entry.step), d.why.c_str());
+  const auto expired =
+      plan_quarantine_gc(*quarantined, RealClock::instance().wall_now(), *quarantine_keep);
+  for (const auto& q : *quarantined) {
+    const bool expires = std::any_of(expired.begin(), expired.end(),
+                                     [&](const Removal& r) { return r.dir == q.dir; });
+    std::printf("%-12llu %s: quarantined %s ago (%s)\n", static_cast<unsigned long long>(q.step),
+                expires ? "remove" : "keep", quarantine_age(q).c_str(),
+                expires ? ("older than --quarantine-keep " + quarantine_keep_text).c_str()
+                        : ("kept for --quarantine-keep " + quarantine_keep_text).c_str());
+  }
   if (dry_run) return kExitOk;
   auto removed = apply_retention(fs, plan);
   if (!removed.ok()) return fail(removed.error());
-  std::printf("removed %zu checkpoint(s)\n", *removed);
+  size_t freed_quarantined = 0;
+  for (const auto& r : expired) {
+    if (auto st = remove_checkpoint_dir(fs, r.dir); !st.ok()) return fail(st.error());
+    ++freed_quarantined;
+  }
+  std::printf("removed %zu checkpoint(s) and %zu quarantined step(s)\n", *removed,
+              freed_quarantined);
   return kExitOk;
 }
 
@@ -224,6 +279,7 @@ void add_ckpt_commands(CLI::App& app, int* exit_code) {
     uint32_t keep_last = 3;
     uint64_t keep_every = 0;
     std::vector<uint64_t> protect;
+    std::string quarantine_keep = "7d";
     std::string out, prefix = "model", max_size = "5GB";
   };
   auto args = std::make_shared<Args>();
@@ -251,14 +307,21 @@ void add_ckpt_commands(CLI::App& app, int* exit_code) {
 
   auto* gc = ckpt->add_subcommand("gc", "Delete old checkpoints by retention policy");
   gc->add_option("DIR", args->dir, "checkpoint directory")->required();
-  gc->add_option("--keep-last", args->keep_last, "newest complete checkpoints to keep")
+  gc->add_option("--keep-last", args->keep_last,
+                 "newest complete checkpoints to keep (0: keep every complete one)")
       ->required();
   gc->add_option("--keep-every", args->keep_every, "also keep steps divisible by N");
   gc->add_option("--protect", args->protect, "steps never to delete");
+  gc->add_option("--quarantine-keep", args->quarantine_keep,
+                 "free quarantined steps set aside longer ago than this")
+      ->capture_default_str();
   gc->add_flag("--dry-run", args->dry_run, "only print the decisions");
   gc->callback([=] {
-    *exit_code = run_gc(args->dir, args->keep_last, args->keep_every, args->dry_run, args->protect);
+    *exit_code = run_gc(args->dir, args->keep_last, args->keep_every, args->dry_run, args->protect,
+                        args->quarantine_keep);
   });
+
+  add_ckpt_quarantine_commands(*ckpt, exit_code);
 
   auto* exp = ckpt->add_subcommand("export", "Write a consolidated Hugging Face safetensors layout");
   exp->add_option("DIR", args->dir, "checkpoint directory")->required();

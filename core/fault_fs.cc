@@ -119,6 +119,24 @@ void FaultInjectingFilesystem::fail_nth_operation(int n, int err, bool sticky) {
   sticky_ = sticky;
 }
 
+void FaultInjectingFilesystem::set_lock_errno(int err) {
+  std::lock_guard lock(mu_);
+  lock_errno_ = err;
+}
+
+Result<LockAttempt> FaultInjectingFilesystem::try_lock_file(const std::string& path) {
+  SG_RETURN_IF_ERROR(maybe_fail("lock '" + path + "'"));
+  int err;
+  {
+    std::lock_guard lock(mu_);
+    err = lock_errno_;
+  }
+  if (err == 0) return base_.try_lock_file(path);
+  if (err == ENOLCK || err == EOPNOTSUPP) return LockAttempt{LockStatus::kUnsupported, nullptr, err};
+  if (err == EWOULDBLOCK) return LockAttempt{LockStatus::kHeld, nullptr, err};
+  return Error::from_errno("flock '" + path + "' (injected)", err);
+}
+
 void FaultInjectingFilesystem::clear_faults() {
   std::lock_guard lock(mu_);
   fail_at_ = 0;

@@ -6,7 +6,9 @@
 //     undoes every directory change (create, rename, remove of a file it made) that was not
 //     followed by sync_dir() of that directory.
 //   - fail the N-th read operation (map, open for reading, read_at, read_file), counted
-//     apart from the mutating ones so that arming one never shifts the other.
+//     apart from the mutating ones so that arming one never shifts the other;
+//   - answer every flock as a filesystem without locks would (ENOLCK, EOPNOTSUPP: some NFS
+//     mounts), to test the paths that must do without one.
 // Only files written through this wrapper are tracked. Thread-safe (one mutex).
 #pragma once
 
@@ -28,7 +30,10 @@ class FaultInjectingFilesystem final : public Filesystem {
   void fail_nth_operation(int n, int err = EIO, bool sticky = false);
   // The n-th read operation from now fails with `err`; with `sticky`, every later one too.
   void fail_nth_read(int n, int err = EIO, bool sticky = false);
-  // Disarms both kinds of fault.
+  // From now on try_lock_file() fails as flock(2) does with `err` (ENOLCK or EOPNOTSUPP:
+  // kUnsupported; EWOULDBLOCK: kHeld; others: an error); 0 passes locks through again.
+  void set_lock_errno(int err);
+  // Disarms both kinds of fault (not set_lock_errno()).
   void clear_faults();
   // Mutating operations seen so far (open, write, sync, rename, remove, ...).
   int operations() const;
@@ -55,6 +60,9 @@ class FaultInjectingFilesystem final : public Filesystem {
   Result<uint64_t> file_size(const std::string& path) override { return base_.file_size(path); }
   Result<bool> exists(const std::string& path) override { return base_.exists(path); }
   Result<uint64_t> free_space(const std::string& path) override { return base_.free_space(path); }
+  Result<PathKind> path_kind(const std::string& path) override { return base_.path_kind(path); }
+  // A mutating operation (it may create the file); see set_lock_errno().
+  Result<LockAttempt> try_lock_file(const std::string& path) override;
 
  private:
   class File;
@@ -91,6 +99,7 @@ class FaultInjectingFilesystem final : public Filesystem {
   int fail_read_at_ = 0;  // 0: no read fault armed
   int fail_read_errno_ = EIO;
   bool read_sticky_ = false;
+  int lock_errno_ = 0;  // 0: locks pass through to the base filesystem
   uint64_t crash_epoch_ = 0;
   std::map<std::string, FileState> files_;
   std::vector<PendingDirOp> pending_;

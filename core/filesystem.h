@@ -110,7 +110,31 @@ class DirectIoBuffer {
 
 struct DirEntry {
   std::string name;
-  bool is_dir = false;
+  bool is_dir = false;      // a directory, or a symbolic link to one
+  bool is_symlink = false;  // the entry itself is a symbolic link
+};
+
+// What a path names, the last component not followed (lstat).
+enum class PathKind { kMissing, kFile, kDirectory, kSymlink, kOther };
+
+// An advisory whole-file lock (flock) held until this object is destroyed. The descriptor
+// is close-on-exec, so launched processes never inherit (and so never prolong) the lock.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+  virtual const std::string& path() const = 0;
+};
+
+enum class LockStatus {
+  kAcquired,     // this process holds the lock now
+  kHeld,         // another open file (process) holds it
+  kUnsupported,  // the filesystem has no flock (ENOLCK, EOPNOTSUPP: some NFS mounts)
+};
+
+struct LockAttempt {
+  LockStatus status = LockStatus::kUnsupported;
+  std::unique_ptr<FileLock> lock;  // set when kAcquired
+  int sys_errno = 0;               // kUnsupported: the errno that said so
 };
 
 class Filesystem {
@@ -138,6 +162,12 @@ class Filesystem {
   virtual Result<bool> exists(const std::string& path) = 0;
   // Free bytes for an unprivileged user on the filesystem holding `path`.
   virtual Result<uint64_t> free_space(const std::string& path) = 0;
+  // What `path` itself is, a symbolic link not followed (lstat). The default says
+  // kUnsupported; callers that must not follow links then refuse to act.
+  virtual Result<PathKind> path_kind(const std::string& path);
+  // Opens `path` (created, 0644, if missing) and tries an exclusive flock without waiting.
+  // The default reports kUnsupported (EOPNOTSUPP): such a filesystem has no locks.
+  virtual Result<LockAttempt> try_lock_file(const std::string& path);
 };
 
 class PosixFilesystem final : public Filesystem {
@@ -157,6 +187,8 @@ class PosixFilesystem final : public Filesystem {
   Result<uint64_t> file_size(const std::string& path) override;
   Result<bool> exists(const std::string& path) override;
   Result<uint64_t> free_space(const std::string& path) override;
+  Result<PathKind> path_kind(const std::string& path) override;
+  Result<LockAttempt> try_lock_file(const std::string& path) override;
 
   static PosixFilesystem& instance();
 };
@@ -165,6 +197,10 @@ class PosixFilesystem final : public Filesystem {
 std::string parent_dir(const std::string& path);
 // Joins two path parts with one '/'.
 std::string join_path(const std::string& a, const std::string& b);
+
+// Bytes of the regular files at or under `path`, symbolic links neither followed nor
+// counted (what removing the tree frees, near enough). 0 for a missing path.
+Result<uint64_t> tree_bytes(Filesystem& fs, const std::string& path);
 
 // Writes `data` to `path` so that a crash leaves either the old content or the new, never
 // a mix: temp file in the same directory, write, fsync, rename over `path`, fsync the

@@ -1,6 +1,7 @@
 // PosixFilesystem: the production Filesystem, straight system calls with errors that name
 // the path.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -181,6 +182,17 @@ class MappedRandomAccessFile final : public RandomAccessFile {
   std::unique_ptr<MappedFile> file_;
 };
 
+class PosixFileLock final : public FileLock {
+ public:
+  PosixFileLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixFileLock() override { ::close(fd_); }  // closing the last descriptor unlocks
+  const std::string& path() const override { return path_; }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
 }  // namespace
 
 Status RandomAccessFile::read_exact(uint64_t offset, std::span<std::byte> out) const {
@@ -209,6 +221,14 @@ Result<std::unique_ptr<DirectIoBuffer>> DirectIoBuffer::allocate(size_t size) {
 }
 
 DirectIoBuffer::~DirectIoBuffer() { ::munmap(mapping_, mapped_); }
+
+Result<PathKind> Filesystem::path_kind(const std::string& path) {
+  return Error(ErrorCode::kUnsupported, "lstat " + q(path) + ": not supported by this filesystem");
+}
+
+Result<LockAttempt> Filesystem::try_lock_file(const std::string&) {
+  return LockAttempt{LockStatus::kUnsupported, nullptr, EOPNOTSUPP};
+}
 
 Result<std::unique_ptr<RandomAccessFile>> Filesystem::open_for_read(const std::string& path,
                                                                     ReadOptions) {
@@ -322,8 +342,9 @@ Result<std::vector<DirEntry>> PosixFilesystem::list(const std::string& dir) {
   std::filesystem::directory_iterator it(dir, ec);
   if (ec) return Error::from_errno("list " + q(dir), ec.value());
   for (const auto& entry : it) {
-    std::error_code type_ec;
-    out.push_back({entry.path().filename().string(), entry.is_directory(type_ec)});
+    std::error_code type_ec, link_ec;
+    out.push_back({entry.path().filename().string(), entry.is_directory(type_ec),
+                   entry.is_symlink(link_ec)});
   }
   return out;
 }
@@ -367,6 +388,32 @@ Result<uint64_t> PosixFilesystem::free_space(const std::string& path) {
   return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
 }
 
+Result<PathKind> PosixFilesystem::path_kind(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return PathKind::kMissing;
+    return Error::from_errno("lstat " + q(path), errno);
+  }
+  if (S_ISLNK(st.st_mode)) return PathKind::kSymlink;
+  if (S_ISDIR(st.st_mode)) return PathKind::kDirectory;
+  if (S_ISREG(st.st_mode)) return PathKind::kFile;
+  return PathKind::kOther;
+}
+
+Result<LockAttempt> PosixFilesystem::try_lock_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+  if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
+    return LockAttempt{LockStatus::kAcquired, std::make_unique<PosixFileLock>(fd, path), 0};
+  const int err = errno;
+  ::close(fd);
+  if (err == EWOULDBLOCK) return LockAttempt{LockStatus::kHeld, nullptr, err};
+  // No locks on this filesystem (NFS without lockd, some FUSE mounts).
+  if (err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS)
+    return LockAttempt{LockStatus::kUnsupported, nullptr, err};
+  return Error::from_errno("flock " + q(path), err);
+}
+
 std::string parent_dir(const std::string& path) {
   auto slash = path.find_last_of('/');
   if (slash == std::string::npos) return ".";
@@ -378,6 +425,24 @@ std::string join_path(const std::string& a, const std::string& b) {
   if (a.empty()) return b;
   if (a.back() == '/') return a + b;
   return a + "/" + b;
+}
+
+Result<uint64_t> tree_bytes(Filesystem& fs, const std::string& path) {
+  SG_ASSIGN_OR_RETURN(PathKind kind, fs.path_kind(path));
+  if (kind == PathKind::kFile) {
+    auto size = fs.file_size(path);
+    // Gone since the lstat (a writer's temp file renamed away): it holds nothing now.
+    if (!size.ok() && size.error().code() == ErrorCode::kNotFound) return uint64_t{0};
+    return size;
+  }
+  if (kind != PathKind::kDirectory) return uint64_t{0};
+  SG_ASSIGN_OR_RETURN(auto entries, fs.list(path));
+  uint64_t total = 0;
+  for (const auto& e : entries) {
+    SG_ASSIGN_OR_RETURN(uint64_t bytes, tree_bytes(fs, join_path(path, e.name)));
+    total += bytes;
+  }
+  return total;
 }
 
 Status atomic_write_file(Filesystem& fs, const std::string& path, std::string_view data) {

@@ -1,0 +1,92 @@
+#include "cli/ckpt_quarantine_command.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "checkpoint/lease.h"
+#include "checkpoint/paths.h"
+#include "checkpoint/quarantine.h"
+#include "core/clock.h"
+#include "core/exit_codes.h"
+
+namespace shardguard::cli {
+namespace {
+
+using namespace shardguard::checkpoint;
+
+int fail(const Error& e) {
+  std::fprintf(stderr, "shardguard: %s\n", e.message().c_str());
+  return kExitFailure;
+}
+
+// An operator acting under a live run deserves a word: the run keeps going as it was.
+void warn_if_leased(Filesystem& fs, const std::string& dir) {
+  auto lease = read_lease(fs, dir);
+  if (!lease.ok() || !*lease) return;
+  const WallTime now = RealClock::instance().wall_now();
+  if (now - from_unix_ms((*lease)->renewed_unix_ms) > LeaseOptions{}.stale_after) return;
+  std::fprintf(stderr, "shardguard: note: %s holds this directory's lease\n",
+               describe_holder(**lease, now).c_str());
+}
+
+std::string who() {
+  const char* user = std::getenv("USER");
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  return std::string("shardguard ckpt quarantine (user ") + (user ? user : "unknown") + ", host " +
+         (host[0] ? host : "unknown") + ", pid " + std::to_string(::getpid()) + ")";
+}
+
+int run_quarantine(const std::string& dir, uint64_t step, const std::string& reason) {
+  auto& fs = PosixFilesystem::instance();
+  warn_if_leased(fs, dir);
+  auto entry = quarantine_step(fs, dir, step, reason, RealClock::instance().wall_now(), who());
+  if (!entry.ok()) return fail(entry.error());
+  std::printf("quarantined step %llu: moved to %s (reason: %s)\n",
+              static_cast<unsigned long long>(step), entry->dir.c_str(), reason.c_str());
+  return kExitOk;
+}
+
+int run_unquarantine(const std::string& dir, uint64_t step) {
+  auto& fs = PosixFilesystem::instance();
+  warn_if_leased(fs, dir);
+  auto entry = unquarantine_step(fs, dir, step);
+  if (!entry.ok()) return fail(entry.error());
+  std::printf("restored step %llu from %s to %s\n", static_cast<unsigned long long>(step),
+              entry->dir.c_str(), join_path(dir, step_dir_name(step)).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_ckpt_quarantine_commands(CLI::App& ckpt, int* exit_code) {
+  struct Args {
+    std::string dir, reason;
+    uint64_t step = 0;
+  };
+  auto args = std::make_shared<Args>();
+
+  auto* qc = ckpt.add_subcommand(
+      "quarantine",
+      "Set a step aside: never resumed, exported or listed as latest; kept by gc "
+      "for --quarantine-keep as evidence");
+  qc->add_option("DIR", args->dir, "checkpoint directory")->required();
+  qc->add_option("--step", args->step, "step to quarantine")->required();
+  qc->add_option("--reason", args->reason, "why (kept in the quarantine's reason file)")
+      ->required();
+  qc->callback([=] { *exit_code = run_quarantine(args->dir, args->step, args->reason); });
+
+  auto* uq = ckpt.add_subcommand(
+      "unquarantine",
+      "Bring the most recently quarantined copy of a step back (refused if the step was "
+      "written again since)");
+  uq->add_option("DIR", args->dir, "checkpoint directory")->required();
+  uq->add_option("--step", args->step, "step to restore")->required();
+  uq->callback([=] { *exit_code = run_unquarantine(args->dir, args->step); });
+}
+
+}  // namespace shardguard::cli
