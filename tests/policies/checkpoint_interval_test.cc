@@ -57,3 +57,22 @@ TEST_CASE("checkpoint cost is the median of recent samples") {
   for (int i = 0; i < 8; ++i) c.record(20s);
   CHECK(c.estimate(45s) == 20s);  // old samples dropped
 }
+
+#include "policies/goodput.h"
+
+TEST_CASE("goodput: productive over allocated GPU-seconds; lost work becomes recompute") {
+  using shardguard::policies::Badput;
+  shardguard::policies::GoodputAccumulator g;
+  g.training(100, 8);                 // 800 GPU-s of steps
+  g.badput(Badput::kCheckpoint, 5, 8);  // 40
+  g.badput(Badput::kRestart, 20, 8);    // 160
+  g.lose(10, 8);                        // 80 of the 800 were redone later
+  const auto& t = g.totals();
+  CHECK(t.allocated_gpu_seconds == Approx(1000));
+  CHECK(t.productive_gpu_seconds == Approx(720));
+  CHECK(t.badput(Badput::kRecompute) == Approx(80));
+  CHECK(t.ratio() == Approx(0.72));
+  g.lose(1000, 8);  // never more than was productive
+  CHECK(g.totals().productive_gpu_seconds == Approx(0));
+  CHECK(g.totals().allocated_gpu_seconds == Approx(1000));
+}
