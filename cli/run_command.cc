@@ -30,6 +30,7 @@ struct RunArgs {
   std::string config_path;
   std::optional<uint32_t> nproc;
   std::optional<std::string> checkpoint_dir, run_dir, job_id;
+  bool resume_from_job = false;
   std::optional<uint32_t> max_restarts;
   std::optional<uint16_t> metrics_port;
   std::optional<uint64_t> every_steps;
@@ -56,8 +57,11 @@ Result<supervisor::JobConfig> build_config(const RunArgs& a) {
   if (cfg.command.empty())
     return Error(ErrorCode::kInvalid, "no command: give one after `--` or as job.command");
   if (cfg.nproc == 0) return Error(ErrorCode::kInvalid, "--nproc must be at least 1");
-  if (cfg.job_id.empty())
-    cfg.job_id = std::filesystem::path(supervisor::absolute_path(cfg.run_dir)).filename().string();
+  if (a.resume_from_job) {
+    if (cfg.job_id.empty())
+      return Error(ErrorCode::kInvalid, "--resume-from-job needs the new job id (--job-id)");
+    cfg.resume_from_job = true;
+  }
   return cfg;
 }
 
@@ -69,8 +73,9 @@ int run(const RunArgs& a) {
   }
   if (a.check_config) {
     std::printf("config OK: job '%s', %u rank(s) of '%s', checkpoints in '%s', run dir '%s'\n",
-                cfg->job_id.c_str(), cfg->nproc, cfg->command[0].c_str(),
-                cfg->checkpoint_dir.c_str(), cfg->run_dir.c_str());
+                cfg->job_id.empty() ? "(the checkpoint directory's)" : cfg->job_id.c_str(),
+                cfg->nproc, cfg->command[0].c_str(), cfg->checkpoint_dir.c_str(),
+                cfg->run_dir.c_str());
     return kExitOk;
   }
   if (auto st = io::become_child_subreaper(); !st.ok())
@@ -120,7 +125,8 @@ int run(const RunArgs& a) {
 
   if (auto st = sup.start(); !st.ok()) {
     std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
-    return kExitFailure;
+    // A directory that is another job's, or requeues that keep failing: requeue will not help.
+    return st.error().code() == ErrorCode::kFenced ? kExitConfig : kExitFailure;
   }
   if (auto st = agent_socket.start(); !st.ok()) {
     std::fprintf(stderr, "shardguard run: agent socket: %s\n", st.error().message().c_str());
@@ -165,7 +171,10 @@ void add_run_command(CLI::App& app, int* exit_code) {
   run_cmd->add_option("--nproc", a->nproc, "ranks to start on this node");
   run_cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "where checkpoints go");
   run_cmd->add_option("--run-dir", a->run_dir, "logs, events and the control socket");
-  run_cmd->add_option("--job-id", a->job_id, "stable job name (default: the run dir's name)");
+  run_cmd->add_option("--job-id", a->job_id,
+                      "stable job name (default: the checkpoint directory's, or a new one)");
+  run_cmd->add_flag("--resume-from-job", a->resume_from_job,
+                    "take over a checkpoint directory that belongs to another job id");
   run_cmd->add_option("--max-restarts", a->max_restarts, "crash and hang restarts per window");
   run_cmd->add_option("--checkpoint-every", a->every_steps, "checkpoint every N steps");
   run_cmd->add_option("--metrics-port", a->metrics_port, "serve Prometheus metrics on this port");

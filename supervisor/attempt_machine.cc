@@ -115,6 +115,13 @@ void AttemptMachine::Impl::begin_attempt(Now now) {
 
 void AttemptMachine::Impl::on(Now now, const event::ResumeFound& e) {
   if (finished || !attempt || attempt->epoch != e.epoch || attempt->launched) return;
+  if (!e.step && e.skipped_complete) {
+    record("give_up", {{"attempt", e.epoch}, {"class", std::string("no_progress")},
+                       {"why", std::string("no older checkpoint to fall back to; a fresh start "
+                                           "could never commit the existing steps again")}});
+    return finish(now, command::FinalState::kFailed, kExitGaveUp,
+                  "no_progress: no older checkpoint to fall back to");
+  }
   const std::vector<NodeId> nodes = placeable_nodes();
   if (nodes.size() < cfg.min_nodes) {  // lost one while looking for the checkpoint
     attempt.reset();
@@ -222,6 +229,15 @@ void AttemptMachine::Impl::on(Now now, const event::NodeStopped& e) {
   if (attempt->nodes_stopped.size() >= attempt->layout.size()) attempt_ended(now);
 }
 
+void AttemptMachine::Impl::on(Now now, const event::Abort& e) {
+  record("abort", {{"why", e.why}, {"exit_code", int64_t{e.exit_code}}});
+  if (!attempt || !attempt->launched)
+    return finish(now, command::FinalState::kFailed, e.exit_code, e.why);
+  attempt->abort = e;
+  if (attempt->tearing_down) return;
+  begin_teardown(now, e.why);
+}
+
 void AttemptMachine::Impl::begin_teardown(Now now, const std::string& why) {
   if (!attempt || attempt->tearing_down) return;
   attempt->tearing_down = true;
@@ -274,6 +290,7 @@ void AttemptMachine::Impl::attempt_ended(Now now) {
     return finish(now, command::FinalState::kFailed, kExitFailure,
                   "the command cannot start: " + *a.launch_error);
   }
+  if (a.abort) return finish(now, command::FinalState::kFailed, a.abort->exit_code, a.abort->why);
   if (emergency) {
     // The notified nodes leave; the job goes on without them when enough nodes remain
     // (elastic), else the whole job stops here and the scheduler requeues it.

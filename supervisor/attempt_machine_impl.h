@@ -50,6 +50,7 @@ struct AttemptState {
   bool save_out_of_space = false;
   bool resume_failed = false;
   std::optional<std::string> launch_error;  // the command cannot start: give up
+  std::optional<event::Abort> abort;        // the job cannot go on here: end after teardown
   std::optional<uint64_t> committed;  // newest step committed in this attempt
   std::optional<uint64_t> first_step;
   SteadyTime first_step_time{};
@@ -138,6 +139,7 @@ struct AttemptMachine::Impl {
   void on(Now, const event::RankHello&);
   void on(Now, const event::RankExited&);
   void on(Now, const event::NodeStopped&);
+  void on(Now, const event::Abort&);
   void maybe_begin(Now now);
   void begin_attempt(Now now);
   void begin_teardown(Now now, const std::string& why);

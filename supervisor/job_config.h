@@ -29,7 +29,8 @@ struct RestartBudget {
 
 struct JobConfig {
   // [job]
-  std::string job_id;                  // default: derived from the run dir name
+  std::string job_id;                  // empty: the checkpoint directory's own (or a new one)
+  bool resume_from_job = false;        // take the directory over from another job id
   std::vector<std::string> command;    // the rank command (after `--`)
   uint32_t nproc = 1;
   std::string checkpoint_dir = "checkpoints";
@@ -61,6 +62,9 @@ struct JobConfig {
   double backoff_jitter = 0.2;                    // +-20%
   Duration healthy_after = std::chrono::minutes(10);  // a run this long resets the backoff
   uint32_t no_progress_limit = 3;                 // resumes of the same step before giving up
+  // Runs in a row that exited 75 without committing anything before the next exits 78
+  // ("requeue will not help"); kept in the checkpoint directory. 0: never.
+  uint32_t futile_requeue_limit = 3;
   std::vector<int> preemption_exit_codes = {75};  // rank exit codes that mean "preempted"
 
   // [health]

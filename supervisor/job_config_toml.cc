@@ -269,6 +269,7 @@ void read_restart(Section s, JobConfig& c, Problems& problems) {
     }
     if (codes.size() == items.size()) c.preemption_exit_codes = std::move(codes);
   }
+  s.integer("futile_requeue_limit", c.futile_requeue_limit, 0, 1000);
   const std::pair<const char*, RestartBudget*> budgets[] = {{"crash", &c.crash},
                                                             {"hang", &c.hang},
                                                             {"infrastructure", &c.infrastructure},

@@ -64,7 +64,8 @@ std::string_view event_name(const Event& e) {
                [](const event::NodeStopped&) { return "node_stopped"; },
                [](const event::Notice&) { return "notice"; },
                [](const event::NodeUnhealthy&) { return "node_unhealthy"; },
-               [](const event::TimerFired&) { return "timer_fired"; }},
+               [](const event::TimerFired&) { return "timer_fired"; },
+               [](const event::Abort&) { return "abort"; }},
       e);
 }
 

@@ -77,6 +77,9 @@ struct ResumeFound {
   Epoch epoch = 0;
   std::optional<uint64_t> step;  // nullopt: fresh start
   std::string manifest;
+  // A complete checkpoint exists but was skipped (no progress from it): with no older one to
+  // fall back to, a fresh start could never commit its step again.
+  bool skipped_complete = false;
 };
 struct NodeLaunched {
   Epoch epoch = 0;
@@ -170,6 +173,12 @@ struct NodeUnhealthy {
 struct TimerFired {
   TimerId id = TimerId::kBackoff;
 };
+// The job cannot go on here at all (the checkpoint directory was taken over by another run):
+// tear down without saving and end with `exit_code`.
+struct Abort {
+  std::string why;
+  int exit_code = 1;
+};
 
 }  // namespace event
 
@@ -178,7 +187,7 @@ using Event =
                  event::LaunchFailed, event::RankHello, event::Heartbeats, event::SaveBegan,
                  event::Committed, event::SaveFailed, event::Passed, event::ResumeFailed,
                  event::RankExited, event::NodeStopped, event::Notice, event::NodeUnhealthy,
-                 event::TimerFired>;
+                 event::TimerFired, event::Abort>;
 
 namespace command {
 

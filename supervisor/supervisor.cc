@@ -8,10 +8,11 @@
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/paths.h"
-#include "checkpoint/retention.h"
 #include "core/units.h"
 #include "io/event_loop.h"
+#include "core/exit_codes.h"
 #include "supervisor/attempt_machine.h"
+#include "supervisor/directory_keeper.h"
 #include "supervisor/event_log.h"
 #include "supervisor/local_launcher.h"
 #include "supervisor/machine_config.h"
@@ -49,6 +50,8 @@ struct Supervisor::Impl {
   JobConfig cfg;
   AttemptMachine machine;
   EventLog events;
+  std::unique_ptr<DirectoryKeeper> keeper;
+  bool committed_this_run = false;
   std::unique_ptr<LocalLauncher> launcher;
   std::unique_ptr<NodeRunner> node;
   std::array<std::unique_ptr<Timer>, kTimerCount> timers;
@@ -74,12 +77,20 @@ struct Supervisor::Impl {
     while (!queue.empty()) {
       Event next = std::move(queue.front());
       queue.pop_front();
-      const bool committed = std::holds_alternative<event::Committed>(next);
-      const bool failed = std::holds_alternative<event::SaveFailed>(next);
+      observe(next);
       execute(machine.handle(now(), next));
-      if (committed || failed) apply_retention();
     }
     feeding = false;
+  }
+
+  // What the directory's bookkeeping needs to know of an event.
+  void observe(const Event& e) {
+    if (auto* b = std::get_if<event::SaveBegan>(&e)) keeper->on_save_started(b->step);
+    if (auto* c = std::get_if<event::Committed>(&e)) {
+      committed_this_run = true;
+      keeper->on_committed(c->step, c->bytes);
+    }
+    if (auto* f = std::get_if<event::SaveFailed>(&e)) keeper->on_save_failed(f->step);
   }
 
   void execute(const Commands& commands) {
@@ -91,6 +102,7 @@ struct Supervisor::Impl {
                 spdlog::info("attempt {}: launching {} rank(s), {}", l.epoch, l.world_size,
                              l.resume_step ? "resuming from step " + std::to_string(*l.resume_step)
                                            : std::string("fresh start"));
+                keeper->on_launch(l.epoch, l.resume_step);
                 node->apply(l);
               },
               [&](const command::TearDown& t) {
@@ -98,16 +110,21 @@ struct Supervisor::Impl {
                 node->apply(t);
               },
               [&](const command::CheckpointNow& n) {
-                if (n.kind == CheckpointKind::kEmergency)
+                if (n.kind == CheckpointKind::kEmergency) {
                   spdlog::warn("emergency checkpoint of step {} requested ({}), {} left",
                                n.at_step, n.reason, format_duration(n.deadline - d.clock.wall_now()));
+                  keeper->make_room();
+                }
                 node->apply(n);
               },
               [&](const command::AbortSave& a) { node->apply(a); },
               [&](const command::CollectHangReport& h) { node->apply(h); },
               [&](const command::ArmTimer& a) { arm(a); },
               [&](const command::CancelTimer& x) { timers[static_cast<size_t>(x.id)]->cancel(); },
-              [&](const command::Record& r) { events.write(r.type, r.fields); },
+              [&](const command::Record& r) {
+                events.write(r.type, r.fields);
+                if (r.type == "attempt_end") keeper->on_attempt_ended();
+              },
               [&](const command::Hook& h) {
                 auto fields = h.fields;
                 fields["job_id"] = cfg.job_id;
@@ -171,7 +188,9 @@ struct Supervisor::Impl {
             events.write("resume_skipped", {{"step", e.step}, {"state", state}, {"why", e.reason}});
             spdlog::warn("resume: skipping step {}: {}", e.step, e.reason);
           }
-          event::ResumeFound found{epoch, std::nullopt, ""};
+          event::ResumeFound found{epoch, std::nullopt, "", false};
+          for (const auto& e : r.skipped)
+            if (e.state == checkpoint::CheckpointState::kComplete) found.skipped_complete = true;
           if (r.chosen) {
             found.step = r.chosen->step;
             found.manifest = join_path(r.chosen->dir, std::string(checkpoint::kManifestName));
@@ -180,51 +199,19 @@ struct Supervisor::Impl {
         });
   }
 
-  // Sets a checkpoint that failed verification aside: moved below quarantine/ with its reason,
-  // so that nothing resumes from it again and its step can be written anew.
+  // Sets a checkpoint that failed verification aside, so that nothing resumes from it again.
   void quarantine(const command::Quarantine& q) {
-    Filesystem& fs = d.fs;
-    const std::string ckpt = cfg.checkpoint_dir;
-    const int64_t when = to_unix_ms(d.clock.wall_now());
     std::weak_ptr<bool> weak = alive;
-    run_off_loop<Result<std::string>>(
-        d.worker,
-        [&fs, ckpt, q, when]() -> Result<std::string> {
-          const std::string from = join_path(ckpt, checkpoint::step_dir_name(q.step));
-          const std::string qdir = join_path(ckpt, "quarantine");
-          SG_RETURN_IF_ERROR(fs.create_dirs(qdir));
-          const std::string to =
-              join_path(qdir, checkpoint::step_dir_name(q.step) + "-" + std::to_string(when));
-          SG_RETURN_IF_ERROR(fs.rename(from, to));
-          SG_RETURN_IF_ERROR(fs.sync_dir(ckpt));
-          SG_RETURN_IF_ERROR(atomic_write_file(fs, join_path(to, "QUARANTINED"), q.reason + "\n"));
-          return to;
-        },
-        [this, weak, q](Result<std::string> r) {
-          if (weak.expired()) return;
-          if (!r.ok()) {
-            spdlog::error("quarantine of step {}: {}", q.step, r.error().message());
-            events.write("quarantine_failed", {{"step", q.step}, {"error", r.error().message()}});
-            return;
-          }
-          spdlog::error("checkpoint of step {} set aside in {}: {}", q.step, *r, q.reason);
-          events.write("quarantined", {{"step", q.step}, {"path", *r}, {"reason", q.reason}});
-        });
-  }
-
-  void apply_retention() {
-    if (cfg.keep_last == 0) return;
-    Filesystem& fs = d.fs;
-    const std::string dir = cfg.checkpoint_dir;
-    checkpoint::RetentionPolicy p{cfg.keep_last, cfg.keep_every, {}};
-    d.worker.submit(
-        [&fs, dir, p] {
-          auto entries = checkpoint::list_checkpoints(fs, dir, checkpoint::Verify::kSize);
-          if (!entries.ok()) return;
-          auto removed = checkpoint::apply_retention(fs, checkpoint::plan_retention(*entries, p));
-          if (!removed.ok()) spdlog::warn("retention: {}", removed.error().message());
-        },
-        [] {});
+    keeper->quarantine(q.step, q.reason, [this, weak, q](Result<std::string> r) {
+      if (weak.expired()) return;
+      if (!r.ok()) {
+        spdlog::error("quarantine of step {}: {}", q.step, r.error().message());
+        events.write("quarantine_failed", {{"step", q.step}, {"error", r.error().message()}});
+        return;
+      }
+      spdlog::error("checkpoint of step {} set aside in {}: {}", q.step, *r, q.reason);
+      events.write("quarantined", {{"step", q.step}, {"path", *r}, {"reason", q.reason}});
+    });
   }
 
   void finish(const command::Finish& f) {
@@ -234,6 +221,7 @@ struct Supervisor::Impl {
     else
       spdlog::warn("job {}: {} (exit {})", what, f.summary, f.exit_code);
     node->stop();
+    keeper->close(f.exit_code == kExitPreempted, committed_this_run);
   }
 
   // Attempt numbers keep growing across `shardguard run` invocations on the same run dir and
@@ -270,18 +258,27 @@ Status Supervisor::start() {
   SG_RETURN_IF_ERROR(m.d.fs.create_dirs(m.cfg.checkpoint_dir));
   SG_ASSIGN_OR_RETURN(m.events, EventLog::open(join_path(m.cfg.run_dir, "events.jsonl"), m.d.clock));
   for (auto& t : m.timers) t = m.d.timers.make_timer();
+  const Epoch first = m.first_epoch();
+  // One job per checkpoint directory: its lease, its job id, its history.
+  m.keeper = std::make_unique<DirectoryKeeper>(m.d, m.cfg);
+  SG_ASSIGN_OR_RETURN(
+      m.cfg.job_id,
+      m.keeper->open(m.cfg.job_id.empty() ? std::nullopt : std::optional(m.cfg.job_id),
+                     m.cfg.resume_from_job, first));
+  Impl* p = impl_.get();
+  m.keeper->set_on_lost([p](const std::string& why) {
+    p->feed(event::Abort{"the checkpoint directory was taken over: " + why, kExitConfig});
+  });
   m.launcher = std::make_unique<LocalLauncher>(m.d.loop, m.d.launcher);
   NodeRunnerOptions o;
   o.node = 0;
   o.config = m.cfg;
   o.control_socket = control_socket_path(m.cfg.run_dir);
   o.run_dir = m.cfg.run_dir;
-  Impl* p = impl_.get();
   m.node = std::make_unique<NodeRunner>(
       m.d, std::move(o), *m.launcher, [p](Event e) { p->feed(std::move(e)); },
       [p](std::string_view type, EventFields fields) { p->events.write(type, fields); });
   SG_RETURN_IF_ERROR(m.node->start());
-  const Epoch first = m.first_epoch();
   m.events.write("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
                            {"checkpoint_dir", m.cfg.checkpoint_dir}, {"first_attempt", first}});
   m.feeding = true;  // the start's commands run before the first event
@@ -323,6 +320,7 @@ void Supervisor::set_on_acknowledge(std::function<void(const agent::Notice&)> cb
   impl_->on_acknowledge = std::move(cb);
 }
 
+const std::string& Supervisor::job_id() const { return impl_->cfg.job_id; }
 bool Supervisor::finished() const { return impl_->machine.finished(); }
 int Supervisor::exit_code() const { return impl_->machine.exit_code(); }
 std::string Supervisor::state() const { return std::string(phase_name(impl_->machine.phase())); }

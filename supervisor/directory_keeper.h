@@ -1,0 +1,56 @@
+// The checkpoint directory's bookkeeping for one `shardguard run`: its lease (one job per
+// directory, renewed every second), its job identity, the history that outlives runs (the
+// "requeue will not help" count), incremental retention, quarantine and space recovery before
+// an emergency save. Everything slow runs on the worker; start-up runs before the loop serves.
+// The shell tells it what happens; it decides nothing about the job.
+// Thread-safety: loop thread only.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/result.h"
+#include "io/deps.h"
+#include "supervisor/job_config.h"
+#include "supervisor/machine_events.h"
+
+namespace shardguard::supervisor {
+
+class DirectoryKeeper {
+ public:
+  DirectoryKeeper(const io::Deps& deps, const JobConfig& config);
+  ~DirectoryKeeper();
+
+  // Takes the directory for this run: resolves the job id (the directory's own unless one is
+  // given; a different one only with `take_over`), takes the lease, reads the history and
+  // scans the checkpoints once. kFenced (the caller exits 78, "requeue will not help"): the
+  // lease is held by another job, the job id is another job's, or the last runs each exited
+  // 75 without committing anything. Returns the job id.
+  Result<std::string> open(const std::optional<std::string>& explicit_job_id, bool take_over,
+                           Epoch first_epoch);
+  // Called when the lease is lost (another run took the directory over): stop at once.
+  void set_on_lost(std::function<void(const std::string& why)> on_lost);
+
+  void on_launch(Epoch epoch, std::optional<uint64_t> resume_step);
+  void on_save_started(uint64_t step);
+  void on_committed(uint64_t step, uint64_t bytes);
+  void on_save_failed(uint64_t step);
+  void on_attempt_ended();
+  // Sets the checkpoint of `step` aside (quarantine/ with the reason); `done` gets its new
+  // path or the error, on the loop thread.
+  void quarantine(uint64_t step, const std::string& reason,
+                  std::function<void(Result<std::string>)> done);
+  // Before an emergency save: when the free space under the checkpoint directory is less than
+  // one checkpoint (the newest one's size), frees space in retention's order, logging each.
+  void make_room();
+  // The run ends: records it in the history and releases the lease.
+  void close(bool preempted, bool committed);
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace shardguard::supervisor

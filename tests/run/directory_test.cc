@@ -1,0 +1,103 @@
+// One job per checkpoint directory, with real `shardguard run` processes: a second supervisor
+// on the same directory is refused naming the first (exit 78); a run with another job id is
+// refused naming both unless it takes over on purpose; the directory's job id is adopted by a
+// run that names none; runs that keep ending preempted without committing stop being
+// requeueable (exit 78).
+#include <catch2/catch.hpp>
+
+#include <fstream>
+
+#include "core/exit_codes.h"
+#include "tests/run/run_fixture.h"
+
+using namespace shardguard;
+using namespace shardguard::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+const std::vector<std::string> kSlowTrain = {"--steps", "100000", "--rows", "16", "--log-every",
+                                             "0", "--sleep-ms", "5"};
+
+std::vector<std::string> with_flags(std::vector<std::string> argv, std::vector<std::string> flags) {
+  // Flags go right after `run`, before `--config`.
+  argv.insert(argv.begin() + 2, flags.begin(), flags.end());
+  return argv;
+}
+
+}  // namespace
+
+TEST_CASE("a second supervisor on the same checkpoint directory is refused, naming the first",
+          "[run][integration]") {
+  RunDirs a;
+  write_config(a);
+  Background first(run_argv(a, 1, kSlowTrain), a.log());
+  REQUIRE(eventually([&] { return !events_named(a, "hello").empty(); }, 20s));
+  // Another run dir, same checkpoint dir, same (default) job: refused while the first lives.
+  RunDirs b;
+  std::ofstream(b.config()) << "[job]\ncheckpoint_dir = \"" << a.ckpt() << "\"\nrun_dir = \""
+                            << b.run() << "\"\n";
+  Background second(run_argv(b, 1, kSlowTrain), b.log());
+  auto code = second.wait(20s);
+  INFO(slurp(b.log()));
+  REQUIRE(code == kExitConfig);
+  CHECK_THAT(slurp(b.log()), Catch::Contains("is in use"));
+  CHECK_THAT(slurp(b.log()), Catch::Contains("pid " + std::to_string(first.pid())));
+  CHECK(events_named(b, "launch").empty());
+  // Once the first is gone (killed outright, even), the directory is free again.
+  first.signal(SIGKILL);
+  REQUIRE(first.wait(10s).has_value());
+  Background third(run_argv(b, 1, {"--steps", "40", "--rows", "16", "--log-every", "0"}), b.log());
+  CHECK(third.wait(60s) == 0);
+}
+
+TEST_CASE("the directory remembers its job: another id is refused, adopted or taken over",
+          "[run][integration]") {
+  RunDirs d;
+  write_config(d);
+  const auto short_train = std::vector<std::string>{"--steps", "60", "--rows", "16", "--log-every", "0"};
+  {
+    Background run(with_flags(run_argv(d, 1, short_train), {"--job-id", "llama-7b"}), d.log());
+    REQUIRE(run.wait(60s) == 0);
+  }
+  CHECK(field(events_named(d, "start").back(), "job_id") == "llama-7b");
+  SECTION("no id given: the directory's is adopted") {
+    Background run(run_argv(d, 1, short_train), d.log());
+    REQUIRE(run.wait(60s) == 0);
+    CHECK(field(events_named(d, "start").back(), "job_id") == "llama-7b");
+  }
+  SECTION("another id: refused naming both") {
+    Background run(with_flags(run_argv(d, 1, short_train), {"--job-id", "other"}), d.log());
+    CHECK(run.wait(30s) == kExitConfig);
+    CHECK_THAT(slurp(d.log()), Catch::Contains("llama-7b") && Catch::Contains("other") &&
+                                   Catch::Contains("--resume-from-job"));
+  }
+  SECTION("another id with --resume-from-job: taken over, resumed") {
+    Background run(
+        with_flags(run_argv(d, 1, short_train), {"--job-id", "other", "--resume-from-job"}),
+        d.log());
+    REQUIRE(run.wait(60s) == 0);
+    CHECK(field(events_named(d, "start").back(), "job_id") == "other");
+  }
+}
+
+TEST_CASE("runs that keep ending preempted without a commit stop being requeueable (exit 78)",
+          "[run][integration]") {
+  RunDirs d;
+  // Ranks that never speak the protocol: a notice cannot be saved, every run ends 75 empty.
+  std::ofstream(d.config()) << "[job]\ncheckpoint_dir = \"" << d.ckpt() << "\"\nrun_dir = \""
+                            << d.run() << "\"\n[stop]\ngrace = \"3s\"\nsafety_margin = \"1s\"\n"
+                            << "term_grace = \"1s\"\n[restart]\nfutile_requeue_limit = 2\n";
+  const std::vector<std::string> argv = {shardguard_bin(), "run", "--config", d.config(),
+                                         "--nproc", "1", "--", "sleep", "1000"};
+  for (int i = 0; i < 2; ++i) {
+    Background run(argv, d.log());
+    REQUIRE(eventually([&] { return events_named(d, "launch").size() == size_t(i + 1); }, 20s));
+    run.signal(SIGTERM);
+    REQUIRE(run.wait(30s) == kExitPreempted);
+  }
+  Background run(argv, d.log());
+  CHECK(run.wait(20s) == kExitConfig);
+  CHECK_THAT(slurp(d.log()), Catch::Contains("requeueing will not help"));
+  CHECK(events_named(d, "launch").size() == 2);
+}
