@@ -78,14 +78,14 @@ void SignalSource::on_signal(int sig, Duration grace) {
   count_poll();
   Notice n;
   n.source = "signal";
-  n.kind = sig == SIGTERM ? "terminate" : "signal";
+  n.kind = signal_name(sig);  // "SIGTERM" -> "sigterm"
+  for (char& c : n.kind) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   n.deadline = clock_.wall_now() + grace;
   n.detail = signal_name(sig) + " received";
-  n.event_id = signal_name(sig);
+  // Every arrival is a notice: a repeated SIGTERM or SIGINT escalates (the supervisor decides).
+  n.event_id = signal_name(sig) + "#" + std::to_string(++arrivals_);
   n.is_preemption = true;
-  if (!deliver(n.kind + "|" + n.event_id, n)) {
-    spdlog::debug("signal: {} again (already reported)", signal_name(sig));
-  }
+  deliver(n.event_id, n);
 }
 
 }  // namespace shardguard::agent

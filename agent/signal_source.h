@@ -1,7 +1,8 @@
 // Signals as notices: SIGTERM from Kubernetes (pod deletion, node shutdown) or Slurm
 // (preemption with GraceTime, time limit), and the signal a Slurm job asked for with
-// --signal (e.g. SIGUSR1 some seconds before its end). Each watched signal becomes one
-// notice, the first time it arrives, with deadline = arrival + that signal's grace.
+// --signal (e.g. SIGUSR1 some seconds before its end). Every arrival of a watched signal is a
+// notice (kind "sigterm", "sigusr1", ...) with deadline = arrival + that signal's grace; what a
+// repeat means (SIGTERM/SIGINT again: escalate) is the supervisor's decision.
 //
 // Thread-safety: construct, start, stop on the loop thread; see NoticeSource. Watching a
 // signal replaces its default action (SIGTERM no longer kills the agent) until stop().
@@ -51,6 +52,7 @@ class SignalSource final : public NoticeSource {
   SignalSourceConfig config_;
   const Clock& clock_;
   io::SignalWatcher watcher_;
+  uint64_t arrivals_ = 0;
 };
 
 }  // namespace shardguard::agent

@@ -97,6 +97,10 @@ struct AttemptMachine::Impl {
   std::optional<EmergencyState> emergency;
   std::vector<uint64_t> skip_steps;  // checkpoints not to resume from (no progress)
   bool node_unhealthy = false;
+  // Repeated SIGTERM/SIGINT: counted when at least 1 s apart (srun forwards a signal that
+  // Slurm also sends directly).
+  uint32_t stop_signals = 0;
+  SteadyTime last_stop_signal{};
   std::map<uint64_t, SteadyTime> save_begin;
   std::set<TimerId> armed;
 

@@ -241,6 +241,24 @@ void AttemptMachine::Impl::on(Now now, const event::Notice& n) {
                           {"deadline_unix_ms", std::to_string(to_unix_ms(n.deadline))}});
   event::Notice copy = n;
   copy.detail = reason;
+  if (n.source == "signal" && (n.kind == "sigterm" || n.kind == "sigint")) {
+    // A person or a scheduler insisting: the second signal leaves only the safety margin,
+    // the third stops now.
+    if (stop_signals == 0 || now.steady - last_stop_signal >= std::chrono::seconds(1)) {
+      ++stop_signals;
+      last_stop_signal = now.steady;
+    }
+    if (stop_signals == 2) {
+      const WallTime soon = now.wall + std::chrono::duration_cast<WallTime::duration>(cfg.safety_margin);
+      copy.deadline = std::min(copy.deadline, soon);
+      copy.detail = reason + " (again: only the safety margin is left)";
+    } else if (stop_signals >= 3) {
+      if (emergency && emergency->failure.empty() && !emergency->committed_step)
+        emergency->failure = "stopped at once by a third " + n.kind;
+      start_emergency(now, copy);
+      return begin_teardown(now, "a third " + n.kind + ": stopping now");
+    }
+  }
   start_emergency(now, copy);
 }
 

@@ -25,18 +25,21 @@ TEST_CASE("signal: SIGTERM via kill() is a notice with deadline = arrival + grac
   REQUIRE(::kill(::getpid(), SIGTERM) == 0);
   REQUIRE(loop.run_until([&] { return seen.notices.size() == 1; }, 2s));
   CHECK(seen.notices[0].source == "signal");
-  CHECK(seen.notices[0].kind == "terminate");
+  CHECK(seen.notices[0].kind == "sigterm");
   CHECK(seen.notices[0].is_preemption);
   CHECK(seen.notices[0].deadline == clock.wall_now() + 25s);
   CHECK(seen.notices[0].detail == "SIGTERM received");
 
-  REQUIRE(::kill(::getpid(), SIGTERM) == 0);  // a repeat is not a new notice
-  REQUIRE(::kill(::getpid(), SIGUSR1) == 0);
+  // A repeat is a notice too: the supervisor escalates repeated SIGTERMs.
+  REQUIRE(::kill(::getpid(), SIGTERM) == 0);
   REQUIRE(loop.run_until([&] { return seen.notices.size() == 2; }, 2s));
-  CHECK(seen.notices[1].kind == "signal");
-  CHECK(seen.notices[1].deadline == clock.wall_now() + 90s);
+  CHECK(seen.notices[1].kind == "sigterm");
+  REQUIRE(::kill(::getpid(), SIGUSR1) == 0);
+  REQUIRE(loop.run_until([&] { return seen.notices.size() == 3; }, 2s));
+  CHECK(seen.notices[2].kind == "sigusr1");
+  CHECK(seen.notices[2].deadline == clock.wall_now() + 90s);
   loop.run_for(50ms);
-  CHECK(seen.notices.size() == 2);
+  CHECK(seen.notices.size() == 3);
   source.stop();
 }
 

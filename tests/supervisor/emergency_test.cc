@@ -242,3 +242,35 @@ TEST_CASE("an advisory asks for an extra checkpoint and the job goes on",
   CHECK(d.machine().phase() == Phase::kRunning);
   CHECK_FALSE(d.machine().finished());
 }
+
+TEST_CASE("repeated SIGTERM escalates: the second leaves the safety margin, the third stops now",
+          "[machine][emergency][unit]") {
+  MachineDriver d(cfg());
+  d.start_single();
+  d.beat(10);
+  auto sigterm = [&] {
+    event::Notice n;
+    n.source = "signal";
+    n.kind = "sigterm";
+    n.deadline = d.now().wall + 30s;
+    d.feed(n);
+  };
+  sigterm();
+  CHECK(d.timer_in(TimerId::kDeadline) == Duration(28s));
+  d.advance(200ms);
+  sigterm();  // within 1 s: the same signal forwarded twice (srun and Slurm) counts once
+  CHECK(d.timer_in(TimerId::kDeadline) == Duration(27800ms));
+  d.advance(1s);
+  sigterm();
+  // Deadline now + 2 s margin: the ranks get until then (it is shorter than the margin).
+  CHECK(d.timer_in(TimerId::kDeadline) == Duration(2s));
+  CHECK(d.all_of<command::TearDown>().empty());
+  d.advance(1s);
+  sigterm();
+  auto td = d.last<command::TearDown>();
+  REQUIRE(td);
+  CHECK_THAT(td->why, Catch::Contains("a third sigterm: stopping now"));
+  d.confirm_teardown();
+  CHECK(d.machine().exit_code() == kExitPreempted);
+  CHECK_THAT(d.last<command::Finish>()->summary, Catch::Contains("stopped at once by a third sigterm"));
+}
