@@ -194,14 +194,15 @@ struct ShardWriter::Impl {
     return {};
   }
 
-  Sidecar make_sidecar(const std::string& checksum) const {
+  Sidecar make_sidecar(FileChecksums sums) const {
     Sidecar s;
     s.job_id = opt.job_id;
     s.step = opt.step;
     s.attempt = opt.attempt;
     s.rank = opt.rank;
     s.world_size = opt.world_size;
-    s.file = FileRecord{shard_name(), layout->file_size, checksum, opt.rank};
+    s.file = FileRecord{shard_name(), layout->file_size, std::move(sums.xxh3_128), opt.rank,
+                        sums.block_bytes, std::move(sums.block_xxh3)};
     for (const auto& t : tensors) {
       auto& rec = s.tensors[t.name];
       rec.dtype = t.dtype;
@@ -266,6 +267,10 @@ Result<Sidecar> ShardWriter::finish() {
     return Error(ErrorCode::kInvalid, "rank 0 must set the global state before finish()");
   if (opt.rank != 0 && m.global)
     return Error(ErrorCode::kInvalid, "only rank 0 sets the global state");
+  if (!valid_checksum_block_bytes(opt.checksum_block_bytes))
+    return Error(ErrorCode::kInvalid, "checksum block size " +
+                                          std::to_string(opt.checksum_block_bytes) +
+                                          " is not a power of two from 4 KiB to 64 MiB");
   SG_RETURN_IF_ERROR(check_json_text(m.rank_state.data_position, "data loader position"));
   SG_RETURN_IF_ERROR(check_json_text(m.rank_state.user, "rank user state"));
   if (m.global) {
@@ -282,9 +287,10 @@ Result<Sidecar> ShardWriter::finish() {
   const std::string final_path = join_path(dir, m.shard_name());
   const std::string tmp_path = join_path(dir, temp_name(m.shard_name(), opt.attempt, ::getpid()));
   auto segs = m.segments();
-  SG_ASSIGN_OR_RETURN(std::string checksum,
+  SG_ASSIGN_OR_RETURN(FileChecksums checksums,
                       write_file_image(*m.fs, tmp_path, segs, m.layout->file_size,
-                                       {opt.io_threads, opt.block_size, opt.direct_io}));
+                                       {opt.io_threads, opt.block_size, opt.direct_io,
+                                        opt.checksum_block_bytes}));
   // Last look before publishing: a committer may have sealed the step meanwhile.
   if (auto st = m.check_fencing(); !st.ok()) {
     (void)m.fs->remove(tmp_path);
@@ -297,7 +303,7 @@ Result<Sidecar> ShardWriter::finish() {
   // The shard's name is durable before the sidecar that points at it appears.
   SG_RETURN_IF_ERROR(m.fs->sync_dir(dir));
 
-  Sidecar sidecar = m.make_sidecar(checksum);
+  Sidecar sidecar = m.make_sidecar(std::move(checksums));
   SG_RETURN_IF_ERROR(
       atomic_write_file(*m.fs, join_path(dir, sidecar_name(opt.rank)), sidecar_to_json(sidecar)));
   return sidecar;
