@@ -209,12 +209,30 @@ Status ShardSet::check_whole_file(Shard& s, const FileRecord& rec) const {
                                         rec.xxh3_128);
 }
 
-Status ShardSet::check_block(const Shard& s, uint64_t k, const std::byte* bytes) const {
-  if (s.blocks->check(k, bytes)) return {};
+Error ShardSet::block_error(const Shard& s, uint64_t k) const {
   const uint64_t offset = s.blocks->block_begin(k);
   note_failure({join_path(dir_, std::string(kManifestName)), s.file, offset,
                 s.blocks->block_bytes()});
   return Error(ErrorCode::kCorrupt, block_failure_message(s.label, offset, s.blocks->block_bytes()));
+}
+
+Status ShardSet::check_block(const Shard& s, uint64_t k, const std::byte* bytes) const {
+  if (s.blocks->check(k, bytes)) return {};
+  return block_error(s, k);
+}
+
+// Block k of `s`, whose bytes `source` holds (indexed by file offset), is hashed while
+// the part `r` wants is copied out of it.
+Status ShardSet::copy_block_checked(const Shard& s, uint64_t k, const std::byte* source,
+                                    const ReadRequest& r) const {
+  const BlockVerdicts& b = *s.blocks;
+  const uint64_t begin = b.block_begin(k), end = b.block_end(k);
+  const uint64_t from = std::max<uint64_t>(r.file_offset, begin);
+  const uint64_t to = std::min<uint64_t>(r.file_offset + r.len, end);
+  const uint64_t sum = block_xxh3_64_copying({source + begin, end - begin}, from - begin,
+                                             to - begin, r.dst + (from - r.file_offset));
+  if (s.blocks->settle(k, sum)) return {};
+  return block_error(s, k);
 }
 
 Status ShardSet::check_mapped(const Shard& s, uint64_t offset, uint64_t length) const {
@@ -304,8 +322,9 @@ Status ShardSet::copy_cached(const ReadRequest& r, bool warm) const {
 }
 
 // One piece. Uncached bytes with direct reads on go through a direct buffer; the rest are
-// copied through the cache. Blocks not yet known good are hashed beside the copy, block by
-// block while each is in the CPU cache.
+// copied through the cache. Blocks not yet known good are hashed beside the copy, piece by
+// piece while each is in the CPU cache: cached ones from the mapping as their part is
+// copied out of it.
 Status ShardSet::execute(const ReadRequest& r, std::unique_ptr<DirectIoBuffer>& buffer) const {
   const Shard& s = *r.shard;
   const auto cached = s.map->resident_bytes(r.file_offset, r.len);
@@ -314,17 +333,23 @@ Status ShardSet::execute(const ReadRequest& r, std::unique_ptr<DirectIoBuffer>& 
   if (!warm && s.direct_reader) return read_direct(r, checked, buffer);
   if (checked) return copy_cached(r, warm);
   const BlockVerdicts& b = *s.blocks;
+  const std::byte* file = s.map->bytes().data();
   const uint64_t end = r.file_offset + r.len;
   for (uint64_t k = b.block_of(r.file_offset), last = b.block_of(end - 1); k <= last; ++k) {
     const uint64_t from = std::max(r.file_offset, b.block_begin(k));
     const uint64_t to = std::min(end, b.block_end(k));
     const ReadRequest part{&s, from, r.dst + (from - r.file_offset), to - from};
-    SG_RETURN_IF_ERROR(copy_cached(part, warm));
-    if (b.known_good(k)) continue;
-    // The copy holds the whole block, or the mapping does.
-    const bool whole = from == b.block_begin(k) && to == b.block_end(k);
-    SG_RETURN_IF_ERROR(
-        check_block(s, k, whole ? part.dst : s.map->bytes().data() + b.block_begin(k)));
+    if (b.known_good(k)) {
+      SG_RETURN_IF_ERROR(copy_cached(part, warm));
+    } else if (warm) {
+      SG_RETURN_IF_ERROR(copy_block_checked(s, k, file, part));
+    } else {
+      // Not cached and no O_DIRECT: pread brings the part; the rest of the block, if any,
+      // comes in through the mapping.
+      SG_RETURN_IF_ERROR(copy_cached(part, false));
+      const bool whole = from == b.block_begin(k) && to == b.block_end(k);
+      SG_RETURN_IF_ERROR(check_block(s, k, whole ? part.dst : file + b.block_begin(k)));
+    }
   }
   return {};
 }
@@ -369,10 +394,13 @@ Status ShardSet::read_direct(const ReadRequest& r, bool checked,
   }
   const BlockVerdicts& b = *s.blocks;
   for (uint64_t k = first; k <= last; ++k) {
-    if (!b.known_good(k)) SG_RETURN_IF_ERROR(check_block(s, k, data + b.block_begin(k)));
     const uint64_t from = std::max(r.file_offset, b.block_begin(k));
     const uint64_t to = std::min(end, b.block_end(k));
-    std::memcpy(r.dst + (from - r.file_offset), data + from, to - from);
+    const ReadRequest part{&s, from, r.dst + (from - r.file_offset), to - from};
+    if (b.known_good(k))
+      std::memcpy(part.dst, data + from, part.len);
+    else
+      SG_RETURN_IF_ERROR(copy_block_checked(s, k, data, part));
   }
   return {};
 }

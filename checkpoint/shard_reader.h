@@ -90,6 +90,9 @@ class ShardSet {
   Status check_header_blocks(Shard& s, std::vector<std::byte>& head) const;
   Status check_whole_file(Shard& s, const FileRecord& rec) const;
   Status check_block(const Shard& s, uint64_t k, const std::byte* bytes) const;
+  Status copy_block_checked(const Shard& s, uint64_t k, const std::byte* source,
+                            const ReadRequest& r) const;
+  Error block_error(const Shard& s, uint64_t k) const;
   Status execute(const ReadRequest& r, std::unique_ptr<DirectIoBuffer>& buffer) const;
   Status read_direct(const ReadRequest& r, bool checked,
                      std::unique_ptr<DirectIoBuffer>& buffer) const;
