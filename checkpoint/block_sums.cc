@@ -29,8 +29,9 @@ uint64_t block_xxh3_64(std::span<const std::byte> block) {
 
 uint64_t block_xxh3_64_copying(std::span<const std::byte> block, size_t copy_begin,
                                size_t copy_end, std::byte* dst) {
-  // Small enough to stay in L1/L2 between the hash and the copy.
-  constexpr size_t kPiece = 64 << 10;
+  // In the L2 (or L3) cache between the hash and the copy. Measured on warm 1 GiB loads
+  // (bench/ckpt_bench_main.cc warm): 1-2 MiB pieces 20-40% faster than 64-256 KiB ones.
+  constexpr size_t kPiece = 1 << 20;
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   for (size_t at = 0; at < block.size(); at += kPiece) {
@@ -42,6 +43,21 @@ uint64_t block_xxh3_64_copying(std::span<const std::byte> block, size_t copy_beg
   const uint64_t sum = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   return sum;
+}
+
+Result<uint64_t> block_xxh3_64_filling(
+    std::span<std::byte> dst,
+    const std::function<Status(size_t offset, std::span<std::byte> piece)>& fill) {
+  constexpr size_t kPiece = 1 << 20;
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  XXH3_64bits_reset(state.get());
+  for (size_t at = 0; at < dst.size(); at += kPiece) {
+    const auto piece = dst.subspan(at, std::min(kPiece, dst.size() - at));
+    SG_RETURN_IF_ERROR(fill(at, piece));
+    XXH3_64bits_update(state.get(), piece.data(), piece.size());
+  }
+  return XXH3_64bits_digest(state.get());
 }
 
 struct BlockHasher::State {

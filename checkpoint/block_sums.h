@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "checkpoint/manifest.h"
+#include "core/result.h"
 
 namespace shardguard::checkpoint {
 
@@ -41,8 +43,7 @@ std::string block_failure_message(std::string_view label, uint64_t offset,
 // XXH3-64 of one block.
 uint64_t block_xxh3_64(std::span<const std::byte> block);
 // The same, copying the block's bytes [copy_begin, copy_end) to `dst` on the way: each piece
-// is hashed, then copied while it is still in the CPU cache (one pass over memory; measured
-// faster than copying first and hashing the copy).
+// is hashed, then copied while it is still in the CPU cache (one pass over memory).
 uint64_t block_xxh3_64_copying(std::span<const std::byte> block, size_t copy_begin,
                                size_t copy_end, std::byte* dst);
 
@@ -62,6 +63,13 @@ class BlockHasher {
   struct State;
   std::unique_ptr<State> state_;
 };
+
+// XXH3-64 of a block that `fill(offset, piece)` writes into `dst` piece by piece (e.g. by
+// pread), each piece hashed right after it is filled, while it is in the CPU cache.
+// Stops at the first failed fill and returns its error.
+Result<uint64_t> block_xxh3_64_filling(
+    std::span<std::byte> dst,
+    const std::function<Status(size_t offset, std::span<std::byte> piece)>& fill);
 
 // One reader's verdicts on one file's blocks: unknown until some thread hashes the block,
 // then good or bad for the reader's lifetime (a block is hashed once, or a few times when

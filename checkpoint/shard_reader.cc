@@ -31,6 +31,9 @@ uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 // The kernel copies from the page cache at about half speed when the destination and the
 // file offset disagree modulo a cache line; such reads copy from the mapping instead.
 constexpr uint64_t kCacheLine = 64;
+bool pread_copies_fast(const ReadRequest& r) {
+  return (reinterpret_cast<uintptr_t>(r.dst) - r.file_offset) % kCacheLine == 0;
+}
 
 // execute_all() uses one more thread for every this many bytes, up to io_threads.
 constexpr uint64_t kBytesPerThread = 1ull << 20;
@@ -313,8 +316,7 @@ uint64_t ShardSet::piece_bytes(const Shard& s) const {
 // not cached (direct reads off) go by pread.
 Status ShardSet::copy_cached(const ReadRequest& r, bool warm) const {
   const Shard& s = *r.shard;
-  const auto addr = reinterpret_cast<uintptr_t>(r.dst);
-  if (warm && (addr - r.file_offset) % kCacheLine != 0) {
+  if (warm && !pread_copies_fast(r)) {
     std::memcpy(r.dst, s.map->bytes().data() + r.file_offset, r.len);
     return {};
   }
@@ -339,15 +341,22 @@ Status ShardSet::execute(const ReadRequest& r, std::unique_ptr<DirectIoBuffer>& 
     const uint64_t from = std::max(r.file_offset, b.block_begin(k));
     const uint64_t to = std::min(end, b.block_end(k));
     const ReadRequest part{&s, from, r.dst + (from - r.file_offset), to - from};
+    const bool whole = from == b.block_begin(k) && to == b.block_end(k);
     if (b.known_good(k)) {
       SG_RETURN_IF_ERROR(copy_cached(part, warm));
+    } else if (warm && whole && pread_copies_fast(part)) {
+      // pread copies without faulting the mapping in; the copy is hashed as it lands.
+      SG_ASSIGN_OR_RETURN(uint64_t sum,
+                          block_xxh3_64_filling({part.dst, part.len}, [&](size_t at, auto piece) {
+                            return s.reader->read_exact(from + at, piece);
+                          }));
+      if (!s.blocks->settle(k, sum)) return block_error(s, k);
     } else if (warm) {
       SG_RETURN_IF_ERROR(copy_block_checked(s, k, file, part));
     } else {
       // Not cached and no O_DIRECT: pread brings the part; the rest of the block, if any,
       // comes in through the mapping.
       SG_RETURN_IF_ERROR(copy_cached(part, false));
-      const bool whole = from == b.block_begin(k) && to == b.block_end(k);
       SG_RETURN_IF_ERROR(check_block(s, k, whole ? part.dst : file + b.block_begin(k)));
     }
   }

@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <filesystem>
 #include <string>
 
@@ -184,6 +186,56 @@ TEST_CASE("one flipped byte fails the reads touching its block, naming file and 
       CHECK(out == fx.want(box));
     }
   }
+}
+
+// Rank-0-only "w" [300, 1024] F32 with its data at file offset 4096: a 4 KiB aligned buffer
+// of rows is aligned like the file, so whole blocks take the pread path, hashed as they land.
+TEST_CASE("whole blocks read by pread into aligned memory are checked as they land",
+          "[reader][corruption]") {
+  shardguard::testing::TempDir dir;
+  testing::Rng rng(23);
+  const Bytes w = testing::random_bytes(kRows * kCols * 4, rng);
+  WriterOptions o;
+  o.checkpoint_dir = dir.path();
+  o.step = 1;
+  o.checksum_block_bytes = kBlock;
+  ShardWriter writer(fs(), o);
+  REQUIRE(writer.add_tensor("w", DType::kF32, {kRows, kCols}, w).ok());
+  writer.set_global_state({1, "null", "null"});
+  REQUIRE(writer.finish().ok());
+  CommitOptions c;
+  c.checkpoint_dir = dir.path();
+  c.step = 1;
+  FakeClock clock;
+  REQUIRE(try_commit_checkpoint(fs(), clock, c).ok());
+  const std::string step_dir = dir / "step-000000001";
+  const std::string shard = step_dir + "/shard-00000-of-00001.safetensors";
+  const uint64_t bad = 5 * kBlock + 77;
+  flip_byte(shard, bad);
+
+  const size_t shift = GENERATE(size_t{0}, size_t{8});  // aligned like the file, or not
+  const bool cold = GENERATE(false, true);
+  if (cold) evict(step_dir);
+  auto reader = CheckpointReader::open(
+      fs(), step_dir, ReaderOptions{.request_bytes = 3 * 4096, .direct_io = false});
+  REQUIRE(reader.ok());
+  INFO("shift " << shift << " cold " << cold);
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  const size_t all = kRows * kCols * 4;
+  std::unique_ptr<std::byte, Free> mem(static_cast<std::byte*>(std::aligned_alloc(4096, all + 4096)));
+  std::span<std::byte> out(mem.get() + shift, all);
+  // File offset 4096 + i holds byte i of "w"; rows 0-70 end before the bad block (5 * 64 KiB).
+  const Box good{{0, 0}, {70, kCols}};
+  REQUIRE(error_of(reader->read("w", good, out.first(good.volume() * 4))) == "ok");
+  CHECK(Bytes(out.begin(), out.begin() + good.volume() * 4) ==
+        extract_naive(w, Box{{0, 0}, {kRows, kCols}}, good, 4));
+  auto st = reader->read("w", Box{{0, 0}, {kRows, kCols}}, out);
+  REQUIRE_FALSE(st.ok());
+  CHECK_THAT(st.error().message(),
+             Catch::EndsWith("step-000000001/shard-00000-of-00001.safetensors: block at offset " +
+                             std::to_string(bad / kBlock * kBlock) + " (64 KiB) fails its checksum"));
 }
 
 TEST_CASE("an intact format-2 checkpoint reads back on every path, and says nothing failed",
