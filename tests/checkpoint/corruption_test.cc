@@ -238,6 +238,45 @@ TEST_CASE("whole blocks read by pread into aligned memory are checked as they la
                              std::to_string(bad / kBlock * kBlock) + " (64 KiB) fails its checksum"));
 }
 
+TEST_CASE("a header longer than a block is checked block by block before it is parsed",
+          "[reader][corruption]") {
+  shardguard::testing::TempDir dir;
+  WriterOptions o;
+  o.checkpoint_dir = dir.path();
+  o.step = 2;
+  o.checksum_block_bytes = 4096;
+  ShardWriter writer(fs(), o);
+  const Bytes value(8, std::byte{3});
+  // 600 tensors with long names: a header of about 60 KiB, fifteen 4 KiB blocks.
+  for (int i = 0; i < 600; ++i)
+    REQUIRE(writer.add_tensor("a.rather.long.parameter.name.for.layer." + std::to_string(i),
+                              DType::kF32, {2}, value)
+                .ok());
+  writer.set_global_state({2, "null", "null"});
+  REQUIRE(writer.finish().ok());
+  CommitOptions c;
+  c.checkpoint_dir = dir.path();
+  c.step = 2;
+  FakeClock clock;
+  REQUIRE(try_commit_checkpoint(fs(), clock, c).ok());
+  const std::string step_dir = dir / "step-000000002";
+  auto intact = CheckpointReader::open(fs(), step_dir);
+  REQUIRE(intact.ok());
+  REQUIRE(intact->open_all_shards().ok());
+  // A byte inside the header's ninth block: a digit of some data_offsets, say.
+  const uint64_t offset = 8 * 4096 + 1000;
+  const std::string shard = step_dir + "/shard-00000-of-00001.safetensors";
+  REQUIRE(std::filesystem::file_size(shard) > 60000);
+  flip_byte(shard, offset);
+  auto reader = CheckpointReader::open(fs(), step_dir);
+  REQUIRE(reader.ok());
+  auto st = reader->open_all_shards();
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().message() == "step-000000002/shard-00000-of-00001.safetensors: block at "
+                                "offset 32768 (4 KiB) fails its checksum");
+  CHECK(reader->checksum_failure()->offset == 32768u);
+}
+
 TEST_CASE("an intact format-2 checkpoint reads back on every path, and says nothing failed",
           "[reader][corruption]") {
   TwoRankStep fx;
