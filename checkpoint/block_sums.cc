@@ -17,8 +17,7 @@ std::string size_words(uint64_t bytes) {
 
 }  // namespace
 
-std::string block_failure_message(std::string_view label, uint64_t offset,
-                                  uint64_t block_bytes) {
+std::string block_failure_message(std::string_view label, uint64_t offset, uint64_t block_bytes) {
   return std::string(label) + ": block at offset " + std::to_string(offset) + " (" +
          size_words(block_bytes) + ") fails its checksum";
 }
@@ -27,8 +26,8 @@ uint64_t block_xxh3_64(std::span<const std::byte> block) {
   return XXH3_64bits(block.data(), block.size());
 }
 
-uint64_t block_xxh3_64_copying(std::span<const std::byte> block, size_t copy_begin,
-                               size_t copy_end, std::byte* dst) {
+uint64_t block_xxh3_64_copying(std::span<const std::byte> block, size_t copy_begin, size_t copy_end,
+                               std::byte* dst) {
   // In the L2 (or L3) cache between the hash and the copy. Measured on warm 1 GiB loads
   // (bench/ckpt_bench_main.cc warm): 1-2 MiB pieces 20-40% faster than 64-256 KiB ones.
   constexpr size_t kPiece = 1 << 20;

@@ -37,15 +37,14 @@ struct ChecksumFailure {
 
 // "<label>: block at offset 4194304 (2 MiB) fails its checksum", `label` naming the file
 // (e.g. "step-000000200/shard-00001-of-00002.safetensors").
-std::string block_failure_message(std::string_view label, uint64_t offset,
-                                  uint64_t block_bytes);
+std::string block_failure_message(std::string_view label, uint64_t offset, uint64_t block_bytes);
 
 // XXH3-64 of one block.
 uint64_t block_xxh3_64(std::span<const std::byte> block);
 // The same, copying the block's bytes [copy_begin, copy_end) to `dst` on the way: each piece
 // is hashed, then copied while it is still in the CPU cache (one pass over memory).
-uint64_t block_xxh3_64_copying(std::span<const std::byte> block, size_t copy_begin,
-                               size_t copy_end, std::byte* dst);
+uint64_t block_xxh3_64_copying(std::span<const std::byte> block, size_t copy_begin, size_t copy_end,
+                               std::byte* dst);
 
 // The sums of consecutive blocks of a byte stream fed in pieces of any size.
 class BlockHasher {

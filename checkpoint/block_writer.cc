@@ -57,8 +57,8 @@ const std::byte* direct_source(std::span<const Segment> segments, uint64_t begin
 }  // namespace
 
 Result<FileChecksums> write_file_image(Filesystem& fs, const std::string& path,
-                                     std::span<const Segment> segments, uint64_t file_size,
-                                     const BlockWriteOptions& options) {
+                                       std::span<const Segment> segments, uint64_t file_size,
+                                       const BlockWriteOptions& options) {
   SG_ASSIGN_OR_RETURN(auto file, fs.open_for_write(path, {.direct = options.direct_io}));
   auto fail = [&](Error e) -> Error {
     (void)file->close();

@@ -42,8 +42,8 @@ struct FileChecksums {
 // at `path`, fsyncs and closes it, and returns the checksums of its bytes. On failure the
 // file is removed.
 Result<FileChecksums> write_file_image(Filesystem& fs, const std::string& path,
-                                     std::span<const Segment> segments, uint64_t file_size,
-                                     const BlockWriteOptions& options);
+                                       std::span<const Segment> segments, uint64_t file_size,
+                                       const BlockWriteOptions& options);
 
 // Copies `segments` into `dst` (file_size bytes), in parallel with `threads` threads.
 void copy_image(std::span<const Segment> segments, std::byte* dst, int threads);

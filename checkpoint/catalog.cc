@@ -69,7 +69,8 @@ CatalogEntry inspect_checkpoint(Filesystem& fs, const std::string& step_dir, uin
   if (!manifest.ok()) {
     // kUnsupported from the parser means exactly "a newer format", never bad bytes.
     const bool newer = manifest.error().code() == ErrorCode::kUnsupported;
-    return not_complete(std::move(entry), newer ? CheckpointState::kNewer : CheckpointState::kCorrupt,
+    return not_complete(std::move(entry),
+                        newer ? CheckpointState::kNewer : CheckpointState::kCorrupt,
                         manifest.error().message());
   }
   entry.manifest = std::move(manifest).value();

@@ -137,8 +137,7 @@ Status block_sums_from_json(JsonFields& f, FileRecord& r) {
   if (sums_v == nullptr) return Error(ErrorCode::kCorrupt, f.path("block_xxh3") + ": missing");
   SG_ASSIGN_OR_RETURN(r.block_bytes, json_u64(*bytes_v, f.path("block_bytes")));
   if (!valid_checksum_block_bytes(r.block_bytes))
-    return Error(ErrorCode::kCorrupt, f.path("block_bytes") + ": " +
-                                          std::to_string(r.block_bytes) +
+    return Error(ErrorCode::kCorrupt, f.path("block_bytes") + ": " + std::to_string(r.block_bytes) +
                                           " is not a power of two from 4 KiB to 64 MiB");
   if (!sums_v->is_array())
     return Error(ErrorCode::kCorrupt, f.path("block_xxh3") + ": expected an array");
@@ -207,8 +206,8 @@ Result<int> check_header(JsonFields& f, std::string_view format) {
                  "written by a newer shardguard (format " + std::to_string(version) +
                      "; this build reads up to " + std::to_string(kManifestVersion) + ")");
   if (version < static_cast<uint64_t>(kOldestManifestVersion))
-    return Error(ErrorCode::kCorrupt, "version " + std::to_string(version) +
-                                          " is not a shardguard format version");
+    return Error(ErrorCode::kCorrupt,
+                 "version " + std::to_string(version) + " is not a shardguard format version");
   return static_cast<int>(version);
 }
 

@@ -190,8 +190,8 @@ Status CheckpointReader::read(std::string_view name, const Box& box,
           requests.push_back({&s, base + src, out.data() + dst, run});
         });
       } else {
-        copied = impl_->shards.copy_region_checked(s, base, c.box, out.data(), box, *region,
-                                                   bits / 8);
+        copied =
+            impl_->shards.copy_region_checked(s, base, c.box, out.data(), box, *region, bits / 8);
       }
     }
     if (!copied.ok()) return std::move(copied).error().context(what);

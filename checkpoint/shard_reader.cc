@@ -71,7 +71,7 @@ Status parallel_for(size_t n, int threads, Fn&& fn) {
 
 // The chunk's key must hold exactly the chunk: the manifest's dtype, the box's sizes.
 Status check_chunk(const Shard& shard, const std::string& path, const std::string& name,
-                          const TensorRecord& tensor, const ChunkRecord& chunk) {
+                   const TensorRecord& tensor, const ChunkRecord& chunk) {
   auto it = shard.by_key.find(chunk.key);
   const std::string what = path + ": tensor " + quoted(name);
   if (it == shard.by_key.end())
@@ -82,8 +82,9 @@ Status check_chunk(const Shard& shard, const std::string& path, const std::strin
                                           " in file, manifest says " +
                                           std::string(dtype_name(tensor.dtype)));
   if (e.shape != chunk.box.sizes)
-    return Error(ErrorCode::kCorrupt, what + ": shape " + dims(e.shape) + " in file, manifest's chunk " +
-                                          chunk.box.to_string() + " needs " + dims(chunk.box.sizes));
+    return Error(ErrorCode::kCorrupt, what + ": shape " + dims(e.shape) +
+                                          " in file, manifest's chunk " + chunk.box.to_string() +
+                                          " needs " + dims(chunk.box.sizes));
   return {};
 }
 
@@ -157,8 +158,10 @@ Result<std::shared_ptr<const Shard>> ShardSet::open(const std::string& file) con
     SG_RETURN_IF_ERROR(check_whole_file(*shard, *rec));
 
   std::vector<std::byte> head(std::min<uint64_t>(size, kSafetensorsLengthPrefix));
-  if (shard->blocks) SG_RETURN_IF_ERROR(check_header_blocks(*shard, head));
-  else SG_RETURN_IF_ERROR(shard->reader->read_exact(0, head));
+  if (shard->blocks)
+    SG_RETURN_IF_ERROR(check_header_blocks(*shard, head));
+  else
+    SG_RETURN_IF_ERROR(shard->reader->read_exact(0, head));
   SG_ASSIGN_OR_RETURN(uint64_t header_size, read_safetensors_header_size(head, size, path));
   if (head.size() < kSafetensorsLengthPrefix + header_size) {
     head.resize(kSafetensorsLengthPrefix + header_size);
@@ -208,15 +211,16 @@ Status ShardSet::check_whole_file(Shard& s, const FileRecord& rec) const {
   }
   if (s.blocks) SG_RETURN_IF_ERROR(check_mapped(s, 0, rec.size));
   note_failure({join_path(dir_, std::string(kManifestName)), s.file, std::nullopt, 0});
-  return Error(ErrorCode::kCorrupt, s.label + ": checksum " + sum + " differs from manifest " +
-                                        rec.xxh3_128);
+  return Error(ErrorCode::kCorrupt,
+               s.label + ": checksum " + sum + " differs from manifest " + rec.xxh3_128);
 }
 
 Error ShardSet::block_error(const Shard& s, uint64_t k) const {
   const uint64_t offset = s.blocks->block_begin(k);
-  note_failure({join_path(dir_, std::string(kManifestName)), s.file, offset,
-                s.blocks->block_bytes()});
-  return Error(ErrorCode::kCorrupt, block_failure_message(s.label, offset, s.blocks->block_bytes()));
+  note_failure(
+      {join_path(dir_, std::string(kManifestName)), s.file, offset, s.blocks->block_bytes()});
+  return Error(ErrorCode::kCorrupt,
+               block_failure_message(s.label, offset, s.blocks->block_bytes()));
 }
 
 Status ShardSet::check_block(const Shard& s, uint64_t k, const std::byte* bytes) const {
@@ -390,8 +394,8 @@ Status ShardSet::read_direct(const ReadRequest& r, bool checked,
                                            std::to_string(aligned_end - aligned_begin) +
                                            " bytes does not fit a direct buffer");
   const RandomAccessFile& f = *s.direct_reader;
-  SG_ASSIGN_OR_RETURN(size_t got, f.read_at(aligned_begin,
-                                            {buffer->data(), aligned_end - aligned_begin}));
+  SG_ASSIGN_OR_RETURN(size_t got,
+                      f.read_at(aligned_begin, {buffer->data(), aligned_end - aligned_begin}));
   if (got < cover_end - aligned_begin)
     return Error(ErrorCode::kIo, "read '" + f.path() + "': " + std::to_string(r.len) +
                                      " bytes at offset " + std::to_string(r.file_offset) +

@@ -62,8 +62,7 @@ struct ReadRequest {
 class ShardSet {
  public:
   // `manifest` must outlive the set; files are found in `dir`.
-  ShardSet(Filesystem& fs, std::string dir, const Manifest& manifest,
-           const ReaderOptions& options);
+  ShardSet(Filesystem& fs, std::string dir, const Manifest& manifest, const ReaderOptions& options);
   ~ShardSet();
 
   // The shard `file`, opened and checked on first use. A failed open is not remembered:

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <atomic>
-#include <optional>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -106,7 +106,6 @@ Status for_each_direct_block(const RandomAccessFile& file,
   for (auto& t : threads) t.join();
   return failed;
 }
-
 
 // Calls fn(bytes, n) over the whole file in order, in steps of kHashStep: through a mapping
 // when the file is in the page cache; a large file mostly not in it (as after an O_DIRECT

@@ -201,8 +201,12 @@ struct ShardWriter::Impl {
     s.attempt = opt.attempt;
     s.rank = opt.rank;
     s.world_size = opt.world_size;
-    s.file = FileRecord{shard_name(), layout->file_size, std::move(sums.xxh3_128), opt.rank,
-                        sums.block_bytes, std::move(sums.block_xxh3)};
+    s.file.path = shard_name();
+    s.file.size = layout->file_size;
+    s.file.xxh3_128 = std::move(sums.xxh3_128);
+    s.file.rank = opt.rank;
+    s.file.block_bytes = sums.block_bytes;
+    s.file.block_xxh3 = std::move(sums.block_xxh3);
     for (const auto& t : tensors) {
       auto& rec = s.tensors[t.name];
       rec.dtype = t.dtype;
@@ -287,10 +291,10 @@ Result<Sidecar> ShardWriter::finish() {
   const std::string final_path = join_path(dir, m.shard_name());
   const std::string tmp_path = join_path(dir, temp_name(m.shard_name(), opt.attempt, ::getpid()));
   auto segs = m.segments();
-  SG_ASSIGN_OR_RETURN(FileChecksums checksums,
-                      write_file_image(*m.fs, tmp_path, segs, m.layout->file_size,
-                                       {opt.io_threads, opt.block_size, opt.direct_io,
-                                        opt.checksum_block_bytes}));
+  SG_ASSIGN_OR_RETURN(
+      FileChecksums checksums,
+      write_file_image(*m.fs, tmp_path, segs, m.layout->file_size,
+                       {opt.io_threads, opt.block_size, opt.direct_io, opt.checksum_block_bytes}));
   // Last look before publishing: a committer may have sealed the step meanwhile.
   if (auto st = m.check_fencing(); !st.ok()) {
     (void)m.fs->remove(tmp_path);

@@ -3,8 +3,9 @@
 // Usage: add tensors or chunks, set the rank (and, on rank 0, the global) state, then
 // finish(): the shard is written to a temporary name by several threads in large blocks
 // (O_DIRECT where the filesystem allows), its XXH3-128 and block checksums (format 2)
-// computed in the same pass, fsynced, renamed into place; then the sidecar is written the same way. The checkpoint is not
-// complete until a committer writes the manifest (checkpoint/commit.h).
+// computed in the same pass, fsynced, renamed into place; then the sidecar is written the
+// same way. The checkpoint is not complete until a committer writes the manifest
+// (checkpoint/commit.h).
 //
 // snapshot() copies every added tensor into a reusable staging buffer, after which the
 // caller may change its tensors while finish() runs on another thread (AsyncShardWriter).

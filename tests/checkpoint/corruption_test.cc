@@ -9,8 +9,8 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
 #include <filesystem>
+#include <memory>
 #include <string>
 
 #include "checkpoint/catalog.h"
@@ -124,7 +124,9 @@ TEST_CASE("one flipped byte fails the reads touching its block, naming file and 
   // Long runs by pread/O_DIRECT in small requests, or everything through the mapping.
   const size_t min_pread = GENERATE(size_t{1}, size_t{1} << 30);
   if (cold) evict(fx.step_dir);
-  ReaderOptions options{.io_threads = 3, .request_bytes = 3 * 4096, .min_pread_bytes = min_pread,
+  ReaderOptions options{.io_threads = 3,
+                        .request_bytes = 3 * 4096,
+                        .min_pread_bytes = min_pread,
                         .direct_io = direct};
   auto reader = CheckpointReader::open(fs(), fx.step_dir, options);
   REQUIRE(reader.ok());
@@ -146,8 +148,7 @@ TEST_CASE("one flipped byte fails the reads touching its block, naming file and 
     CHECK_THAT(st.error().message(), Catch::StartsWith("tensor 'w': "));
     CHECK(reader->checksum_failure() == expected_failure);
     // The verdict stays: the same read fails the same way without looking again.
-    CHECK(error_of(reader->read("w", fx.rows(bad_row, bad_row + 1), out)) ==
-          st.error().message());
+    CHECK(error_of(reader->read("w", fx.rows(bad_row, bad_row + 1), out)) == st.error().message());
     // Rank 0's rows are in the other file.
     Bytes first(150 * kCols * 4);
     CHECK(error_of(reader->read("w", fx.rows(0, 150), first)) == "ok");
@@ -168,8 +169,8 @@ TEST_CASE("one flipped byte fails the reads touching its block, naming file and 
   SECTION("resharded reads across both chunks fail when they touch it") {
     // Rows spanning the chunk boundary at 150, a column slice (short runs from every row:
     // box assembly through the mapping), and the whole tensor.
-    for (const Box& box : {fx.rows(100, bad_row + 1), Box{{0, 100}, {kRows, 7}},
-                           Box{{0, 0}, {kRows, kCols}}}) {
+    for (const Box& box :
+         {fx.rows(100, bad_row + 1), Box{{0, 100}, {kRows, 7}}, Box{{0, 0}, {kRows, kCols}}}) {
       INFO("box " << box.to_string());
       Bytes out(box.volume() * 4);
       auto st = reader->read("w", box, out);
@@ -224,7 +225,8 @@ TEST_CASE("whole blocks read by pread into aligned memory are checked as they la
     void operator()(void* p) const { std::free(p); }
   };
   const size_t all = kRows * kCols * 4;
-  std::unique_ptr<std::byte, Free> mem(static_cast<std::byte*>(std::aligned_alloc(4096, all + 4096)));
+  std::unique_ptr<std::byte, Free> mem(
+      static_cast<std::byte*>(std::aligned_alloc(4096, all + 4096)));
   std::span<std::byte> out(mem.get() + shift, all);
   // File offset 4096 + i holds byte i of "w"; rows 0-70 end before the bad block (5 * 64 KiB).
   const Box good{{0, 0}, {70, kCols}};
@@ -233,9 +235,10 @@ TEST_CASE("whole blocks read by pread into aligned memory are checked as they la
         extract_naive(w, Box{{0, 0}, {kRows, kCols}}, good, 4));
   auto st = reader->read("w", Box{{0, 0}, {kRows, kCols}}, out);
   REQUIRE_FALSE(st.ok());
-  CHECK_THAT(st.error().message(),
-             Catch::EndsWith("step-000000001/shard-00000-of-00001.safetensors: block at offset " +
-                             std::to_string(bad / kBlock * kBlock) + " (64 KiB) fails its checksum"));
+  CHECK_THAT(
+      st.error().message(),
+      Catch::EndsWith("step-000000001/shard-00000-of-00001.safetensors: block at offset " +
+                      std::to_string(bad / kBlock * kBlock) + " (64 KiB) fails its checksum"));
 }
 
 TEST_CASE("a header longer than a block is checked block by block before it is parsed",
@@ -249,8 +252,9 @@ TEST_CASE("a header longer than a block is checked block by block before it is p
   const Bytes value(8, std::byte{3});
   // 600 tensors with long names: a header of about 60 KiB, fifteen 4 KiB blocks.
   for (int i = 0; i < 600; ++i)
-    REQUIRE(writer.add_tensor("a.rather.long.parameter.name.for.layer." + std::to_string(i),
-                              DType::kF32, {2}, value)
+    REQUIRE(writer
+                .add_tensor("a.rather.long.parameter.name.for.layer." + std::to_string(i),
+                            DType::kF32, {2}, value)
                 .ok());
   writer.set_global_state({2, "null", "null"});
   REQUIRE(writer.finish().ok());
@@ -272,8 +276,9 @@ TEST_CASE("a header longer than a block is checked block by block before it is p
   REQUIRE(reader.ok());
   auto st = reader->open_all_shards();
   REQUIRE_FALSE(st.ok());
-  CHECK(st.error().message() == "step-000000002/shard-00000-of-00001.safetensors: block at "
-                                "offset 32768 (4 KiB) fails its checksum");
+  CHECK(st.error().message() ==
+        "step-000000002/shard-00000-of-00001.safetensors: block at "
+        "offset 32768 (4 KiB) fails its checksum");
   CHECK(reader->checksum_failure()->offset == 32768u);
 }
 

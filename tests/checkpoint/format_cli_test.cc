@@ -65,8 +65,8 @@ TEST_CASE("ckpt ls and verify say 'written by a newer shardguard'", "[cli][forma
 
 TEST_CASE("ckpt verify --full of a format-1 checkpoint", "[cli][format]") {
   shardguard::testing::TempDir dir;
-  std::filesystem::copy(std::string(SG_V1_FIXTURE) + "/step-000000005",
-                        dir / "step-000000005", std::filesystem::copy_options::recursive);
+  std::filesystem::copy(std::string(SG_V1_FIXTURE) + "/step-000000005", dir / "step-000000005",
+                        std::filesystem::copy_options::recursive);
   auto full = run_command(ckpt("verify --full " + dir.path()));
   CHECK(full.exit_code == 0);
   CHECK_THAT(full.out, Catch::Contains("step 5: complete"));

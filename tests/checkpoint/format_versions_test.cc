@@ -123,7 +123,8 @@ TEST_CASE("format-2 block sums in sidecar and manifest match the written file",
 TEST_CASE("the writer refuses a checksum block size the format does not allow",
           "[format][writer]") {
   shardguard::testing::TempDir dir;
-  const uint64_t bad = GENERATE(uint64_t{0}, uint64_t{2048}, uint64_t{3} << 20, uint64_t{128} << 20);
+  const uint64_t bad =
+      GENERATE(uint64_t{0}, uint64_t{2048}, uint64_t{3} << 20, uint64_t{128} << 20);
   WriterOptions o;
   o.checkpoint_dir = dir.path();
   o.checksum_block_bytes = bad;
@@ -206,16 +207,16 @@ TEST_CASE("full verification names the bad block; size verification cannot see i
   auto st = verify_checkpoint(fs(), step_dir, *m, Verify::kChecksum, {}, &failure);
   REQUIRE_FALSE(st.ok());
   CHECK(st.error().code() == ErrorCode::kCorrupt);
-  CHECK(st.error().message() == "step-000000011/shard-00001-of-00002.safetensors: block at offset " +
-                                    std::to_string(block) + " (2 MiB) fails its checksum");
+  CHECK(st.error().message() ==
+        "step-000000011/shard-00001-of-00002.safetensors: block at offset " +
+            std::to_string(block) + " (2 MiB) fails its checksum");
   CHECK(failure == ChecksumFailure{step_dir + "/manifest.json", "shard-00001-of-00002.safetensors",
                                    block, kDefaultChecksumBlockBytes});
   CHECK(inspect_checkpoint(fs(), step_dir, 11, Verify::kChecksum).state ==
         CheckpointState::kCorrupt);
 }
 
-TEST_CASE("a format-2 file without block sums is hashed whole, like format 1",
-          "[format][v1]") {
+TEST_CASE("a format-2 file without block sums is hashed whole, like format 1", "[format][v1]") {
   // Written by a committer that got a format-1 sidecar from an older rank binary.
   shardguard::testing::TempDir dir;
   testing::Rng rng(3);

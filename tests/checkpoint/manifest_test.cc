@@ -26,7 +26,11 @@ Manifest sample_manifest() {
   m.world_size = 2;
   m.created_unix_ms = 1700000000123;
   // File 0 with block sums (two 4 KiB blocks, the last one partial), file 1 without.
-  m.files = {{"shard-00000-of-00002.safetensors", 6000, std::string(32, 'a'), 0, 4096,
+  m.files = {{"shard-00000-of-00002.safetensors",
+              6000,
+              std::string(32, 'a'),
+              0,
+              4096,
               {0x0123456789abcdefull, 0xfedcba9876543210ull}},
              {"shard-00001-of-00002.safetensors", 2048, "0123456789abcdef0123456789abcdef", 1}};
   m.tensors["w"] = {DType::kBF16,
@@ -90,7 +94,9 @@ TEST_CASE("manifest round trip", "[manifest]") {
   expect_same(m, *parsed);
   CHECK(manifest_to_json(*parsed) == text);
   CHECK(parsed->version == 2);
-  CHECK_THAT(text, Catch::Contains(R"("block_bytes":4096,"block_xxh3":["0123456789abcdef","fedcba9876543210"])"));
+  CHECK_THAT(text,
+             Catch::Contains(
+                 R"("block_bytes":4096,"block_xxh3":["0123456789abcdef","fedcba9876543210"])"));
   CHECK(parsed->total_bytes() == 6000 + 2048);
   CHECK(parsed->find_file("shard-00001-of-00002.safetensors")->rank == 1);
   CHECK(parsed->find_file("nope") == nullptr);
@@ -216,9 +222,8 @@ TEST_CASE("strict manifest reader rejects", "[manifest]") {
     expect_rejected([](auto& o) { first_file(o)["size"] = UINT64_MAX; }, "sums for");
   }
   SECTION("block sums: not 16 lower-case hex digits") {
-    expect_rejected(
-        [](auto& o) { first_file(o)["block_xxh3"].as_array()[1] = "FEDCBA9876543210"; },
-        "block_xxh3[1]: expected 16 lower-case hex digits");
+    expect_rejected([](auto& o) { first_file(o)["block_xxh3"].as_array()[1] = "FEDCBA9876543210"; },
+                    "block_xxh3[1]: expected 16 lower-case hex digits");
     expect_rejected([](auto& o) { first_file(o)["block_xxh3"].as_array()[0] = 7; },
                     "block_xxh3[0]");
     expect_rejected([](auto& o) { first_file(o)["block_xxh3"] = "0123456789abcdef"; },
