@@ -6,12 +6,15 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/commit.h"
@@ -318,6 +321,29 @@ TEST_CASE("a block checked once is not hashed again by the same reader", "[reade
   auto fresh = CheckpointReader::open(fs(), fx.step_dir);
   REQUIRE(fresh.ok());
   CHECK_FALSE(fresh->read("w", fx.rows(299, 300), out).ok());
+}
+
+TEST_CASE("threads racing over the same blocks agree on every verdict", "[reader][corruption]") {
+  TwoRankStep fx;
+  flip_byte(fx.shard1, std::filesystem::file_size(fx.shard1) - 1);  // the last block
+  auto reader = CheckpointReader::open(fs(), fx.step_dir, ReaderOptions{.request_bytes = 4096});
+  REQUIRE(reader.ok());
+  std::atomic<int> wrong{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 5; ++i) {
+        Bytes good(200 * kCols * 4), bad(kCols * 4);
+        if (!reader->read("w", fx.rows(0, 200), good).ok() || good != fx.want(fx.rows(0, 200)))
+          ++wrong;
+        auto st = reader->read("w", fx.rows(299, 300), bad);
+        if (st.ok() || st.error().message().find("block at offset 589824 (64 KiB)") ==
+                           std::string::npos)
+          ++wrong;
+      }
+    });
+  for (auto& t : threads) t.join();
+  CHECK(wrong == 0);
 }
 
 // The regression of issue 17: main resumed from a shard with one flipped byte and trained on.
