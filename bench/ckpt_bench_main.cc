@@ -6,6 +6,9 @@
 //   sg_bench_ckpt drop   DIR STEP                           evict the step's files from the page cache
 //   sg_bench_ckpt load   DIR STEP RANK WORLD                read this rank's share (any WORLD)
 //   sg_bench_ckpt stall  TOTAL_BYTES                        async snapshot vs memcpy of the same bytes
+//   sg_bench_ckpt warm   DIR STEP [REPEAT]                  warm whole loads by fresh readers (every
+//                                                           block checked) vs one thread's memcpy,
+//                                                           XXH3-64 and memcpy+XXH3 of the same bytes
 //
 // The state is 16 F32 tensors of [rows, 4096] (think weights and two Adam moments of a few
 // layers), each split by rows across ranks.
@@ -16,8 +19,12 @@
 // SG_BENCH_LOAD_COLS=N (read column slice rank % N of N, all rows: a box that is not
 // contiguous in the file).
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <xxhash.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -144,9 +151,7 @@ int drop(const std::string& dir, uint64_t step) {
   return 0;
 }
 
-int load(const std::string& dir, uint64_t step, uint32_t rank, uint32_t world) {
-  wait_for_go();
-  auto t0 = Clock_::now();
+ReaderOptions reader_options_from_env() {
   ReaderOptions ro;
   if (const char* t = std::getenv("SG_BENCH_READ_THREADS")) ro.io_threads = std::atoi(t);
   if (const char* d = std::getenv("SG_BENCH_READ_DIRECT")) ro.direct_io = std::atoi(d) != 0;
@@ -154,6 +159,13 @@ int load(const std::string& dir, uint64_t step, uint32_t rank, uint32_t world) {
     ro.request_bytes = std::strtoull(r, nullptr, 10) << 10;
   if (const char* m = std::getenv("SG_BENCH_MIN_PREAD_KIB"))
     ro.min_pread_bytes = std::strtoull(m, nullptr, 10) << 10;
+  return ro;
+}
+
+int load(const std::string& dir, uint64_t step, uint32_t rank, uint32_t world) {
+  wait_for_go();
+  auto t0 = Clock_::now();
+  const ReaderOptions ro = reader_options_from_env();
   auto reader = CheckpointReader::open(PosixFilesystem::instance(),
                                        join_path(dir, step_dir_name(step)), ro);
   if (!reader.ok()) return die(reader.error());
@@ -232,6 +244,105 @@ int stall(uint64_t total) {
   return 0;
 }
 
+// Reads every file of the step through the page cache, so that loads are warm.
+Status cache_step(const std::string& step_dir) {
+  auto& fs = PosixFilesystem::instance();
+  SG_ASSIGN_OR_RETURN(auto entries, fs.list(step_dir));
+  std::vector<std::byte> buf(8 << 20);
+  for (const auto& e : entries) {
+    SG_ASSIGN_OR_RETURN(auto f, fs.open_for_read(join_path(step_dir, e.name), {}));
+    for (uint64_t at = 0; at < f->size(); at += buf.size()) SG_RETURN_IF_ERROR(f->read_at(at, buf));
+  }
+  return {};
+}
+
+// User and system CPU time of this process (all threads) so far.
+double cpu_seconds() {
+  struct rusage u {};
+  ::getrusage(RUSAGE_SELF, &u);
+  auto s = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+double gbs(uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0; }
+
+// Best of `repeat`: `fn` returns seconds.
+template <typename Fn>
+double best_of(int repeat, Fn&& fn) {
+  double best = 1e30;
+  for (int i = 0; i < repeat; ++i) best = std::min(best, fn());
+  return best;
+}
+
+int warm(const std::string& dir, uint64_t step, int repeat) {
+  const std::string step_dir = join_path(dir, step_dir_name(step));
+  if (auto st = cache_step(step_dir); !st.ok()) return die(st.error());
+  auto probe = CheckpointReader::open(PosixFilesystem::instance(), step_dir);
+  if (!probe.ok()) return die(probe.error());
+  // One touched destination per tensor, and one touched source of the largest size for
+  // the memory references.
+  std::vector<std::vector<std::byte>> out;
+  uint64_t bytes = 0, largest = 0;
+  for (const auto& name : probe->tensor_names()) {
+    const TensorRecord* t = probe->tensor(name);
+    const uint64_t n = Box::whole(t->shape).volume() * bit_size(t->dtype) / 8;
+    out.emplace_back(n, std::byte{1});
+    bytes += n;
+    largest = std::max(largest, n);
+  }
+  std::vector<std::byte> src(largest, std::byte{7});
+  const double memcpy_s = best_of(repeat, [&] {
+    auto t0 = Clock_::now();
+    for (auto& o : out) std::memcpy(o.data(), src.data(), o.size());
+    return since(t0);
+  });
+  uint64_t sink = 0;
+  const double xxh3_s = best_of(repeat, [&] {
+    auto t0 = Clock_::now();
+    for (auto& o : out) sink ^= XXH3_64bits(src.data(), o.size());
+    return since(t0);
+  });
+  constexpr size_t kPiece = 2 << 20;  // a checksum block, copied then hashed from the cache
+  const double copy_hash_s = best_of(repeat, [&] {
+    auto t0 = Clock_::now();
+    for (auto& o : out)
+      for (size_t at = 0; at < o.size(); at += kPiece) {
+        const size_t n = std::min(kPiece, o.size() - at);
+        std::memcpy(o.data() + at, src.data() + at, n);
+        sink ^= XXH3_64bits(o.data() + at, n);
+      }
+    return since(t0);
+  });
+  // Each load by a fresh reader: nothing is known good yet, every block is hashed. CPU time
+  // (all threads) is reported too: on a machine shared with other work it says more about
+  // the cost than the wall time.
+  std::vector<double> loads, cpu;
+  for (int i = 0; i < repeat; ++i) {
+    const double c0 = cpu_seconds();
+    auto t0 = Clock_::now();
+    auto reader =
+        CheckpointReader::open(PosixFilesystem::instance(), step_dir, reader_options_from_env());
+    if (!reader.ok()) return die(reader.error());
+    size_t k = 0;
+    for (const auto& name : reader->tensor_names()) {
+      auto st = reader->read(name, Box::whole(reader->tensor(name)->shape), out[k++]);
+      if (!st.ok()) return die(st.error());
+    }
+    loads.push_back(since(t0));
+    cpu.push_back(cpu_seconds() - c0);
+  }
+  std::sort(loads.begin(), loads.end());
+  std::sort(cpu.begin(), cpu.end());
+  std::printf("{\"cmd\":\"warm\",\"bytes\":%llu,\"memcpy_gbs\":%.3f,\"xxh3_gbs\":%.3f,"
+              "\"copy_hash_gbs\":%.3f,\"load_best_gbs\":%.3f,\"load_median_gbs\":%.3f,"
+              "\"load_cpu_seconds_best\":%.4f,\"sink\":%llu}\n",
+              static_cast<unsigned long long>(bytes), gbs(bytes, memcpy_s), gbs(bytes, xxh3_s),
+              gbs(bytes, copy_hash_s), gbs(bytes, loads.front()),
+              gbs(bytes, loads[loads.size() / 2]), cpu.front(),
+              static_cast<unsigned long long>(sink & 1));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -243,6 +354,8 @@ int main(int argc, char** argv) {
     if (a.size() == 3 && a[0] == "drop") return drop(a[1], u(2));
     if (a.size() == 5 && a[0] == "load") return load(a[1], u(2), u(3), u(4));
     if (a.size() == 2 && a[0] == "stall") return stall(u(1));
+    if ((a.size() == 3 || a.size() == 4) && a[0] == "warm")
+      return warm(a[1], u(2), a.size() == 4 ? static_cast<int>(u(3)) : 5);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sg_bench_ckpt: %s\n", e.what());
     return 1;

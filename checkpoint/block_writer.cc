@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "checkpoint/block_sums.h"
 #include "checkpoint/manifest.h"
 
 namespace shardguard::checkpoint {
@@ -55,9 +56,9 @@ const std::byte* direct_source(std::span<const Segment> segments, uint64_t begin
 
 }  // namespace
 
-Result<std::string> write_file_image(Filesystem& fs, const std::string& path,
-                                     std::span<const Segment> segments, uint64_t file_size,
-                                     const BlockWriteOptions& options) {
+Result<FileChecksums> write_file_image(Filesystem& fs, const std::string& path,
+                                       std::span<const Segment> segments, uint64_t file_size,
+                                       const BlockWriteOptions& options) {
   SG_ASSIGN_OR_RETURN(auto file, fs.open_for_write(path, {.direct = options.direct_io}));
   auto fail = [&](Error e) -> Error {
     (void)file->close();
@@ -111,10 +112,18 @@ Result<std::string> write_file_image(Filesystem& fs, const std::string& path,
   const int n = std::clamp<int>(options.threads, 1, 64);
   for (int i = 0; i < n; ++i) threads.emplace_back(worker);
 
-  // Checksum in the same pass, in file order, while the workers write.
+  // Checksums in one pass, in file order, while the workers write: each piece is hashed
+  // into the whole-file XXH3-128 and then, still in the cache, into its block's XXH3-64.
+  constexpr size_t kPiece = 256ull << 10;
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
-  for (const auto& s : segments) XXH3_128bits_update(state, s.data.data(), s.data.size());
+  BlockHasher block_sums(options.checksum_block_bytes);
+  for (const auto& s : segments)
+    for (size_t at = 0; at < s.data.size(); at += kPiece) {
+      const auto piece = s.data.subspan(at, std::min(kPiece, s.data.size() - at));
+      XXH3_128bits_update(state, piece.data(), piece.size());
+      block_sums.update(piece);
+    }
   XXH128_hash_t digest = XXH3_128bits_digest(state);
   XXH3_freeState(state);
 
@@ -125,7 +134,8 @@ Result<std::string> write_file_image(Filesystem& fs, const std::string& path,
   }
   if (auto st = file->sync(); !st.ok()) return fail(std::move(st).error());
   if (auto st = file->close(); !st.ok()) return fail(std::move(st).error());
-  return xxh3_128_hex(digest.high64, digest.low64);
+  return FileChecksums{xxh3_128_hex(digest.high64, digest.low64), options.checksum_block_bytes,
+                       block_sums.finish()};
 }
 
 void copy_image(std::span<const Segment> segments, std::byte* dst, int threads) {

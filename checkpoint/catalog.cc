@@ -47,6 +47,8 @@ std::string_view checkpoint_state_name(CheckpointState state) {
       return "incomplete";
     case CheckpointState::kCorrupt:
       return "corrupt";
+    case CheckpointState::kNewer:
+      return "newer";
   }
   return "corrupt";
 }
@@ -67,8 +69,13 @@ CatalogEntry inspect_checkpoint(Filesystem& fs, const std::string& step_dir, uin
   if (!text.ok())
     return not_complete(std::move(entry), CheckpointState::kCorrupt, text.error().message());
   auto manifest = parse_manifest(*text, label);
-  if (!manifest.ok())
-    return not_complete(std::move(entry), CheckpointState::kCorrupt, manifest.error().message());
+  if (!manifest.ok()) {
+    // kUnsupported from the parser means exactly "a newer format", never bad bytes.
+    const bool newer = manifest.error().code() == ErrorCode::kUnsupported;
+    return not_complete(std::move(entry),
+                        newer ? CheckpointState::kNewer : CheckpointState::kCorrupt,
+                        manifest.error().message());
+  }
   entry.manifest = std::move(manifest).value();
   if (entry.manifest->step != step)
     return not_complete(std::move(entry), CheckpointState::kCorrupt,

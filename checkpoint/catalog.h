@@ -24,8 +24,9 @@ enum class CheckpointState {
   kComplete,    // manifest present and every listed file checks out
   kIncomplete,  // no manifest.json: a save that never committed (or is in progress)
   kCorrupt,     // manifest unreadable or a listed file missing or different
+  kNewer,       // manifest of a format newer than this build reads: not ours to judge
 };
-std::string_view checkpoint_state_name(CheckpointState state);  // "complete", ...
+std::string_view checkpoint_state_name(CheckpointState state);  // "complete", ..., "newer"
 
 struct CatalogEntry {
   uint64_t step = 0;
@@ -36,7 +37,10 @@ struct CatalogEntry {
 };
 
 // Classifies one step directory. Read errors make the entry kCorrupt with the error as
-// its reason (an unreadable checkpoint cannot be resumed from either).
+// its reason (an unreadable checkpoint cannot be resumed from either). A manifest of a
+// newer format is kNewer, with the reason "step-N/manifest.json: written by a newer
+// shardguard (format 3; this build reads up to 2)"; resume skips it like any other state
+// that is not kComplete.
 CatalogEntry inspect_checkpoint(Filesystem& fs, const std::string& step_dir, uint64_t step,
                                 Verify verify);
 

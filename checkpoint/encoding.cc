@@ -17,6 +17,28 @@ std::string xxh3_128_hex(uint64_t high, uint64_t low) {
   return buf;
 }
 
+std::string u64_hex(uint64_t value) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(value));
+  return buf;
+}
+
+std::optional<uint64_t> parse_u64_hex(std::string_view text) {
+  if (text.size() != 16) return std::nullopt;
+  uint64_t v = 0;
+  for (char c : text) {
+    int d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else
+      return std::nullopt;
+    v = v << 4 | static_cast<uint64_t>(d);
+  }
+  return v;
+}
+
 std::string base64_encode(std::string_view in) {
   std::string out;
   out.reserve((in.size() + 2) / 3 * 4);

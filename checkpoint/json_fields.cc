@@ -30,6 +30,13 @@ Result<const boost::json::value*> JsonFields::any(std::string_view key) {
   return &it->value();
 }
 
+const boost::json::value* JsonFields::optional(std::string_view key) {
+  auto it = obj_->find(key);
+  if (it == obj_->end()) return nullptr;
+  read_.emplace(key);
+  return &it->value();
+}
+
 Result<std::string> JsonFields::string(std::string_view key) {
   SG_ASSIGN_OR_RETURN(auto v, any(key));
   if (!v->is_string()) return wrong(key, "a string");

@@ -27,6 +27,9 @@ class JsonFields {
   Result<const boost::json::object*> object(std::string_view key);
   Result<std::vector<uint64_t>> u64_list(std::string_view key);
   bool has(std::string_view key) const { return obj_->contains(key); }
+  // An optional field: its value (marked as read), or nullptr when absent. New fields of a
+  // released format are read this way, so that records written without them still parse.
+  const boost::json::value* optional(std::string_view key);
   // Fails if the object has a field that was never read.
   Status finish() const;
 

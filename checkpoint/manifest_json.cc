@@ -127,7 +127,39 @@ Result<GlobalState> global_from_json(const json::value& v, const std::string& wh
   return g;
 }
 
-Result<FileRecord> file_from_json(JsonFields& f, bool with_rank) {
+// Format 2's block sums: both fields or neither; a block size this build accepts, and one
+// 16-hex-digit sum per block of the file's size.
+Status block_sums_from_json(JsonFields& f, FileRecord& r) {
+  const auto* bytes_v = f.optional("block_bytes");
+  const auto* sums_v = f.optional("block_xxh3");
+  if (bytes_v == nullptr && sums_v == nullptr) return {};
+  if (bytes_v == nullptr) return Error(ErrorCode::kCorrupt, f.path("block_bytes") + ": missing");
+  if (sums_v == nullptr) return Error(ErrorCode::kCorrupt, f.path("block_xxh3") + ": missing");
+  SG_ASSIGN_OR_RETURN(r.block_bytes, json_u64(*bytes_v, f.path("block_bytes")));
+  if (!valid_checksum_block_bytes(r.block_bytes))
+    return Error(ErrorCode::kCorrupt, f.path("block_bytes") + ": " + std::to_string(r.block_bytes) +
+                                          " is not a power of two from 4 KiB to 64 MiB");
+  if (!sums_v->is_array())
+    return Error(ErrorCode::kCorrupt, f.path("block_xxh3") + ": expected an array");
+  const auto& sums = sums_v->get_array();
+  const uint64_t want = checksum_block_count(r.size, r.block_bytes);
+  if (sums.size() != want)
+    return Error(ErrorCode::kCorrupt, f.path("block_xxh3") + ": " + std::to_string(sums.size()) +
+                                          " sums for " + std::to_string(want) + " blocks of " +
+                                          std::to_string(r.size) + " bytes");
+  r.block_xxh3.reserve(sums.size());
+  for (size_t i = 0; i < sums.size(); ++i) {
+    std::optional<uint64_t> sum;
+    if (sums[i].is_string()) sum = parse_u64_hex(sums[i].get_string());
+    if (!sum)
+      return Error(ErrorCode::kCorrupt, f.path("block_xxh3") + "[" + std::to_string(i) +
+                                            "]: expected 16 lower-case hex digits");
+    r.block_xxh3.push_back(*sum);
+  }
+  return {};
+}
+
+Result<FileRecord> file_from_json(JsonFields& f, bool with_rank, int version) {
   FileRecord r;
   SG_ASSIGN_OR_RETURN(r.path, f.string("path"));
   if (!is_safe_relative_path(r.path))
@@ -143,20 +175,40 @@ Result<FileRecord> file_from_json(JsonFields& f, bool with_rank) {
     SG_ASSIGN_OR_RETURN(uint64_t rank, f.u64("rank"));
     r.rank = static_cast<uint32_t>(rank);
   }
+  // Version 1 has no block sums: there the fields are unknown, and finish() says so.
+  if (version >= 2) SG_RETURN_IF_ERROR(block_sums_from_json(f, r));
   return r;
 }
 
-Status check_header(JsonFields& f, std::string_view format) {
+json::object file_to_json(const FileRecord& f, bool with_rank, int version) {
+  json::object o{{"path", f.path}, {"size", f.size}, {"xxh3_128", f.xxh3_128}};
+  if (with_rank) o["rank"] = f.rank;
+  if (version >= 2 && f.has_block_sums()) {
+    o["block_bytes"] = f.block_bytes;
+    json::array sums;
+    sums.reserve(f.block_xxh3.size());
+    for (uint64_t s : f.block_xxh3) sums.emplace_back(u64_hex(s));
+    o["block_xxh3"] = std::move(sums);
+  }
+  return o;
+}
+
+// Checks the record's format and returns its version. A version newer than this build
+// reads is kUnsupported before any other field is looked at: its fields may be anything.
+Result<int> check_header(JsonFields& f, std::string_view format) {
   SG_ASSIGN_OR_RETURN(auto fmt, f.string("format"));
   if (fmt != format)
     return Error(ErrorCode::kCorrupt, "format is '" + fmt + "', expected '" +
                                           std::string(format) + "'");
   SG_ASSIGN_OR_RETURN(uint64_t version, f.u64("version"));
-  if (version != kManifestVersion)
-    return Error(ErrorCode::kCorrupt, "version " + std::to_string(version) +
-                                          " is not supported (this build reads version " +
-                                          std::to_string(kManifestVersion) + ")");
-  return {};
+  if (version > static_cast<uint64_t>(kManifestVersion))
+    return Error(ErrorCode::kUnsupported,
+                 "written by a newer shardguard (format " + std::to_string(version) +
+                     "; this build reads up to " + std::to_string(kManifestVersion) + ")");
+  if (version < static_cast<uint64_t>(kOldestManifestVersion))
+    return Error(ErrorCode::kCorrupt,
+                 "version " + std::to_string(version) + " is not a shardguard format version");
+  return static_cast<int>(version);
 }
 
 Result<uint32_t> u32(JsonFields& f, std::string_view key) {
@@ -167,8 +219,8 @@ Result<uint32_t> u32(JsonFields& f, std::string_view key) {
 
 Result<Sidecar> parse_sidecar_value(const json::value& root) {
   SG_ASSIGN_OR_RETURN(auto f, JsonFields::of(root, ""));
-  SG_RETURN_IF_ERROR(check_header(f, kSidecarFormat));
   Sidecar s;
+  SG_ASSIGN_OR_RETURN(s.version, check_header(f, kSidecarFormat));
   SG_ASSIGN_OR_RETURN(s.job_id, f.string("job_id"));
   SG_ASSIGN_OR_RETURN(s.step, f.u64("step"));
   SG_ASSIGN_OR_RETURN(s.attempt, f.u64("attempt"));
@@ -179,7 +231,7 @@ Result<Sidecar> parse_sidecar_value(const json::value& root) {
                                           std::to_string(s.world_size));
   SG_ASSIGN_OR_RETURN(auto file_v, f.any("file"));
   SG_ASSIGN_OR_RETURN(auto ff, JsonFields::of(*file_v, "file"));
-  SG_ASSIGN_OR_RETURN(s.file, file_from_json(ff, false));
+  SG_ASSIGN_OR_RETURN(s.file, file_from_json(ff, false, s.version));
   SG_RETURN_IF_ERROR(ff.finish());
   s.file.rank = s.rank;
   SG_ASSIGN_OR_RETURN(auto tensors, f.object("tensors"));
@@ -203,8 +255,8 @@ Result<Sidecar> parse_sidecar_value(const json::value& root) {
 
 Result<Manifest> parse_manifest_value(const json::value& root) {
   SG_ASSIGN_OR_RETURN(auto f, JsonFields::of(root, ""));
-  SG_RETURN_IF_ERROR(check_header(f, kManifestFormat));
   Manifest m;
+  SG_ASSIGN_OR_RETURN(m.version, check_header(f, kManifestFormat));
   SG_ASSIGN_OR_RETURN(m.job_id, f.string("job_id"));
   SG_ASSIGN_OR_RETURN(m.step, f.u64("step"));
   SG_ASSIGN_OR_RETURN(m.attempt, f.u64("attempt"));
@@ -219,7 +271,7 @@ Result<Manifest> parse_manifest_value(const json::value& root) {
   SG_ASSIGN_OR_RETURN(auto files, f.array("files"));
   for (size_t i = 0; i < files->size(); ++i) {
     SG_ASSIGN_OR_RETURN(auto ff, JsonFields::of((*files)[i], "files[" + std::to_string(i) + "]"));
-    SG_ASSIGN_OR_RETURN(auto rec, file_from_json(ff, true));
+    SG_ASSIGN_OR_RETURN(auto rec, file_from_json(ff, true, m.version));
     SG_RETURN_IF_ERROR(ff.finish());
     if (m.find_file(rec.path) != nullptr)
       return Error(ErrorCode::kCorrupt, ff.path("path") + ": '" + rec.path + "' listed twice");
@@ -305,14 +357,13 @@ const FileRecord* Manifest::find_file(std::string_view path) const {
 std::string sidecar_to_json(const Sidecar& s) {
   json::object o;
   o["format"] = kSidecarFormat;
-  o["version"] = kManifestVersion;
+  o["version"] = s.version;
   o["job_id"] = s.job_id;
   o["step"] = s.step;
   o["attempt"] = s.attempt;
   o["rank"] = s.rank;
   o["world_size"] = s.world_size;
-  o["file"] = json::object{{"path", s.file.path}, {"size", s.file.size},
-                           {"xxh3_128", s.file.xxh3_128}};
+  o["file"] = file_to_json(s.file, false, s.version);
   json::object tensors;
   for (const auto& [name, t] : s.tensors) tensors[name] = tensor_to_json(t, false);
   o["tensors"] = std::move(tensors);
@@ -336,9 +387,7 @@ std::string manifest_to_json(const Manifest& m) {
   o["world_size"] = m.world_size;
   o["created_unix_ms"] = m.created_unix_ms;
   json::array files;
-  for (const auto& f : m.files)
-    files.emplace_back(json::object{
-        {"path", f.path}, {"size", f.size}, {"xxh3_128", f.xxh3_128}, {"rank", f.rank}});
+  for (const auto& f : m.files) files.emplace_back(file_to_json(f, true, m.version));
   o["files"] = std::move(files);
   json::object tensors;
   for (const auto& [name, t] : m.tensors) tensors[name] = tensor_to_json(t, true);

@@ -3,48 +3,16 @@
 #include <xxhash.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstring>
-#include <map>
-#include <mutex>
-#include <system_error>
-#include <thread>
-#include <unordered_map>
 
 #include "checkpoint/hf_index.h"
 #include "checkpoint/paths.h"
-#include "checkpoint/safetensors.h"
+#include "checkpoint/shard_reader.h"
 
 namespace shardguard::checkpoint {
 namespace {
 
-// One mapped shard whose header has been checked against the manifest. Immutable.
-struct Shard {
-  std::unique_ptr<MappedFile> file;
-  std::unique_ptr<RandomAccessFile> reader;         // pread through the page cache
-  std::unique_ptr<RandomAccessFile> direct_reader;  // O_DIRECT pread; null when not used
-  SafetensorsHeader header;
-  std::unordered_map<std::string, const TensorEntry*> by_key;  // into header.tensors
-
-  const std::byte* data_of(const TensorEntry& e) const {
-    return file->bytes().data() + header.file_offset(e);
-  }
-};
-
-// A chunk of tensor `name`, as listed under its file.
-struct ChunkRef {
-  const std::string* name;
-  const TensorRecord* tensor;
-  const ChunkRecord* chunk;
-};
-
 std::string quoted(std::string_view s) { return "'" + std::string(s) + "'"; }
-
-std::string dims(std::span<const uint64_t> shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) out += (i ? "," : "") + std::to_string(shape[i]);
-  return out + "]";
-}
 
 std::string base_name(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
@@ -55,24 +23,6 @@ std::string base_name(std::string path) {
 std::string without_trailing_slash(std::string path) {
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   return path;
-}
-
-// The chunk's key must hold exactly the chunk: the manifest's dtype, the box's sizes.
-Status check_chunk(const Shard& shard, const std::string& path, const ChunkRef& ref) {
-  auto it = shard.by_key.find(ref.chunk->key);
-  const std::string what = path + ": tensor " + quoted(*ref.name);
-  if (it == shard.by_key.end())
-    return Error(ErrorCode::kCorrupt, what + ": key " + quoted(ref.chunk->key) + " not in file");
-  const TensorEntry& e = *it->second;
-  if (e.dtype != ref.tensor->dtype)
-    return Error(ErrorCode::kCorrupt, what + ": dtype " + std::string(dtype_name(e.dtype)) +
-                                          " in file, manifest says " +
-                                          std::string(dtype_name(ref.tensor->dtype)));
-  if (e.shape != ref.chunk->box.sizes)
-    return Error(ErrorCode::kCorrupt,
-                 what + ": shape " + dims(e.shape) + " in file, manifest's chunk " +
-                     ref.chunk->box.to_string() + " needs " + dims(ref.chunk->box.sizes));
-  return {};
 }
 
 // Boxes of `shape` in row-major order, each at most `block_bytes` (but at least one row of
@@ -115,197 +65,26 @@ Status for_each_block(const std::vector<uint64_t>& shape, uint64_t element_bytes
   }
 }
 
-// The kernel copies from the page cache at about half speed when the destination and the
-// file offset disagree modulo a cache line; such reads copy from the mapping instead.
-constexpr uint64_t kCacheLine = 64;
-
-// A run of `len` bytes at `file_offset` of `shard` that goes to `dst`.
-struct ReadRequest {
-  const Shard* shard;
-  uint64_t file_offset;
-  std::byte* dst;
-  size_t len;
-};
-
-// read() uses one more thread for every this many bytes, up to io_threads.
-constexpr uint64_t kBytesPerThread = 1ull << 20;
-
-// Runs fn(i, worker) for i in [0, n) on up to `threads` threads (the caller is worker 0);
-// stops handing out work after the first error, which it returns.
-template <typename Fn>
-Status parallel_for(size_t n, int threads, Fn&& fn) {
-  const size_t workers = std::min<size_t>(n, static_cast<size_t>(std::max(1, threads)));
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  std::vector<Status> results(workers);
-  auto work = [&](size_t w) {
-    for (size_t i; !failed.load(std::memory_order_relaxed) && (i = next++) < n;) {
-      Status st = fn(i, w);
-      if (!st.ok()) {
-        results[w] = std::move(st);
-        failed = true;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  pool.reserve(workers > 0 ? workers - 1 : 0);
-  try {
-    for (size_t w = 1; w < workers; ++w) pool.emplace_back(work, w);
-  } catch (const std::system_error&) {
-    // No more threads to be had: the ones started (and this one) do all the work.
-  }
-  if (workers > 0) work(0);
-  for (auto& t : pool) t.join();
-  for (auto& st : results)
-    if (!st.ok()) return st;
-  return {};
-}
-
 }  // namespace
 
 struct CheckpointReader::Impl {
-  Filesystem* fs;
   std::string dir;
   Manifest manifest;
   ReaderOptions options;
-  std::map<std::string, std::vector<ChunkRef>, std::less<>> chunks_by_file;
+  ShardSet shards;  // refers to `manifest`: declared after it
 
-  mutable std::mutex mu;
-  mutable std::map<std::string, std::shared_ptr<const Shard>, std::less<>> shards;  // by mu
-  mutable std::vector<std::unique_ptr<DirectIoBuffer>> direct_buffers;  // by mu: free ones
+  static ReaderOptions normalised(ReaderOptions o) {
+    o.io_threads = std::max(1, o.io_threads);
+    o.request_bytes = std::max<size_t>(
+        kDirectReadAlignment, o.request_bytes / kDirectReadAlignment * kDirectReadAlignment);
+    return o;
+  }
 
   Impl(Filesystem& f, std::string d, Manifest m, const ReaderOptions& o)
-      : fs(&f), dir(std::move(d)), manifest(std::move(m)), options(o) {
-    options.io_threads = std::max(1, options.io_threads);
-    options.request_bytes = std::max<size_t>(
-        kDirectReadAlignment, options.request_bytes / kDirectReadAlignment * kDirectReadAlignment);
-    for (const auto& [name, t] : manifest.tensors)
-      for (const auto& c : t.chunks) chunks_by_file[c.file].push_back({&name, &t, &c});
-  }
-
-  Result<std::shared_ptr<const Shard>> shard(const std::string& file) const {
-    std::lock_guard lock(mu);
-    if (auto it = shards.find(file); it != shards.end()) return it->second;
-    SG_ASSIGN_OR_RETURN(auto loaded, load(file));
-    shards.emplace(file, loaded);
-    return loaded;
-  }
-
-  Result<std::shared_ptr<const Shard>> load(const std::string& file) const {
-    const std::string path = join_path(dir, file);
-    const FileRecord* rec = manifest.find_file(file);
-    if (rec == nullptr)
-      return Error(ErrorCode::kCorrupt, path + ": not among the manifest's files");
-    auto shard = std::make_shared<Shard>();
-    // The header is read with pread: through the mapping, its first page fault would read
-    // a whole readahead window (often MiBs) of the file around it.
-    SG_ASSIGN_OR_RETURN(shard->reader, fs->open_for_read(path, {}));
-    const uint64_t size = shard->reader->size();
-    if (size != rec->size)
-      return Error(ErrorCode::kCorrupt, path + ": file is " + std::to_string(size) +
-                                            " bytes, manifest lists " + std::to_string(rec->size));
-    std::vector<std::byte> head(std::min<uint64_t>(size, kSafetensorsLengthPrefix));
-    SG_RETURN_IF_ERROR(shard->reader->read_exact(0, head));
-    SG_ASSIGN_OR_RETURN(uint64_t header_size, read_safetensors_header_size(head, size, path));
-    head.resize(kSafetensorsLengthPrefix + header_size);
-    SG_RETURN_IF_ERROR(shard->reader->read_exact(0, head));
-    SG_ASSIGN_OR_RETURN(shard->header, parse_safetensors_header(head, size, path));
-    SG_ASSIGN_OR_RETURN(shard->file, fs->map_readonly(path));
-    if (shard->file->bytes().size() != size)
-      return Error(ErrorCode::kCorrupt, path + ": file changed size while being opened");
-    if (options.direct_io) {
-      SG_ASSIGN_OR_RETURN(shard->direct_reader, fs->open_for_read(path, {.direct = true}));
-      if (!shard->direct_reader->direct()) shard->direct_reader.reset();  // e.g. tmpfs
-    }
-    for (const TensorEntry& e : shard->header.tensors) shard->by_key.emplace(e.name, &e);
-    if (auto it = chunks_by_file.find(file); it != chunks_by_file.end())
-      for (const ChunkRef& ref : it->second) SG_RETURN_IF_ERROR(check_chunk(*shard, path, ref));
-    return std::shared_ptr<const Shard>(std::move(shard));
-  }
-
-  // Direct buffers hold request_bytes rounded up to whole huge pages.
-  size_t direct_buffer_bytes() const {
-    return (options.request_bytes + DirectIoBuffer::kHugePage - 1) / DirectIoBuffer::kHugePage *
-           DirectIoBuffer::kHugePage;
-  }
-
-  Result<std::unique_ptr<DirectIoBuffer>> take_direct_buffer() const {
-    {
-      std::lock_guard lock(mu);
-      if (!direct_buffers.empty()) {
-        auto b = std::move(direct_buffers.back());
-        direct_buffers.pop_back();
-        return b;
-      }
-    }
-    return DirectIoBuffer::allocate(direct_buffer_bytes());
-  }
-
-  void give_direct_buffer(std::unique_ptr<DirectIoBuffer> b) const {
-    std::lock_guard lock(mu);
-    if (direct_buffers.size() < static_cast<size_t>(options.io_threads))
-      direct_buffers.push_back(std::move(b));
-  }
-
-  // One request. Bytes mostly in the page cache are copied from it: by pread when `dst` and
-  // the file offset agree modulo a cache line (the kernel's copy is slow otherwise), else by
-  // memcpy from the mapping. Bytes mostly not in the cache are read with O_DIRECT (when on)
-  // into a direct buffer and copied to `dst`; with direct reads off, by pread.
-  Status execute(const ReadRequest& r, std::unique_ptr<DirectIoBuffer>& buffer) const {
-    const Shard& s = *r.shard;
-    const auto cached = s.file->resident_bytes(r.file_offset, r.len);
-    const bool warm = cached && *cached * 2 >= r.len;
-    const auto addr = reinterpret_cast<uintptr_t>(r.dst);
-    if (warm && (addr - r.file_offset) % kCacheLine != 0) {
-      std::memcpy(r.dst, s.file->bytes().data() + r.file_offset, r.len);
-      return {};
-    }
-    if (warm || !s.direct_reader) return s.reader->read_exact(r.file_offset, {r.dst, r.len});
-    // The aligned blocks covering the request; execute_all() cuts requests so that they fit
-    // in a direct buffer.
-    constexpr uint64_t A = kDirectReadAlignment;
-    const uint64_t begin = r.file_offset / A * A;
-    const uint64_t end = (r.file_offset + r.len + A - 1) / A * A;
-    if (!buffer) {
-      SG_ASSIGN_OR_RETURN(buffer, take_direct_buffer());
-    }
-    const RandomAccessFile& f = *s.direct_reader;
-    SG_ASSIGN_OR_RETURN(size_t got, f.read_at(begin, {buffer->data(), end - begin}));
-    if (got < r.file_offset + r.len - begin)
-      return Error(ErrorCode::kIo, "read '" + f.path() + "': " + std::to_string(r.len) +
-                                       " bytes at offset " + std::to_string(r.file_offset) +
-                                       " run past the end of the file");
-    std::memcpy(r.dst, buffer->data() + (r.file_offset - begin), r.len);
-    return {};
-  }
-
-  // Reads every request, large ones split, on up to io_threads threads: one for every
-  // kBytesPerThread, so that small reads stay on the calling thread.
-  Status execute_all(const std::vector<ReadRequest>& requests) const {
-    // Cut at file offsets that are multiples of request_bytes: a piece's aligned cover
-    // then fits in a direct buffer.
-    std::vector<ReadRequest> pieces;
-    uint64_t total = 0;
-    const uint64_t step = options.request_bytes;
-    for (const ReadRequest& r : requests) {
-      total += r.len;
-      for (uint64_t at = r.file_offset, end = r.file_offset + r.len; at < end;) {
-        const uint64_t next = std::min(end, (at / step + 1) * step);
-        pieces.push_back({r.shard, at, r.dst + (at - r.file_offset), next - at});
-        at = next;
-      }
-    }
-    const auto max_threads = static_cast<uint64_t>(options.io_threads);
-    const int threads =
-        static_cast<int>(std::clamp<uint64_t>(total / kBytesPerThread, 1, max_threads));
-    std::vector<std::unique_ptr<DirectIoBuffer>> buffers(static_cast<size_t>(threads));
-    Status st = parallel_for(pieces.size(), threads, [&](size_t i, size_t worker) {
-      return execute(pieces[i], buffers[worker]);
-    });
-    for (auto& b : buffers)
-      if (b) give_direct_buffer(std::move(b));
-    return st;
-  }
+      : dir(std::move(d)),
+        manifest(std::move(m)),
+        options(normalised(o)),
+        shards(f, dir, manifest, options) {}
 
   Result<const TensorRecord*> find(std::string_view name) const {
     auto it = manifest.tensors.find(std::string(name));
@@ -390,16 +169,19 @@ Status CheckpointReader::read(std::string_view name, const Box& box,
   for (const ChunkRecord& c : t->chunks) {
     auto region = intersect(c.box, box);
     if (!region || region->volume() == 0) continue;
-    auto shard = impl_->shard(c.file);
+    auto shard = impl_->shards.get(c.file);
     if (!shard.ok()) return std::move(shard).error().context(what);
     const Shard& s = **shard;
     const TensorEntry& e = *s.by_key.at(c.key);
     const uint64_t base = s.header.file_offset(e);
+    Status copied;
     if (sub_byte) {
-      if (e.byte_size() >= impl_->options.min_pread_bytes)
+      if (e.byte_size() >= impl_->options.min_pread_bytes) {
         requests.push_back({&s, base, out.data(), e.byte_size()});
-      else
-        std::memcpy(out.data(), s.data_of(e), e.byte_size());
+      } else {
+        copied = impl_->shards.check_mapped(s, base, e.byte_size());
+        if (copied.ok()) std::memcpy(out.data(), s.data_of(e), e.byte_size());
+      }
     } else {
       size_t inner = 0;
       const uint64_t run = run_bytes_of(c.box, box, *region, bits / 8, &inner);
@@ -408,11 +190,14 @@ Status CheckpointReader::read(std::string_view name, const Box& box,
           requests.push_back({&s, base + src, out.data() + dst, run});
         });
       } else {
-        copy_region(s.data_of(e), c.box, out.data(), box, *region, bits / 8);
+        copied =
+            impl_->shards.copy_region_checked(s, base, c.box, out.data(), box, *region, bits / 8);
       }
     }
+    if (!copied.ok()) return std::move(copied).error().context(what);
   }
-  if (auto st = impl_->execute_all(requests); !st.ok()) return std::move(st).error().context(what);
+  if (auto st = impl_->shards.execute_all(requests); !st.ok())
+    return std::move(st).error().context(what);
   return {};
 }
 
@@ -438,9 +223,12 @@ Result<uint64_t> CheckpointReader::tensor_xxh3_64(std::string_view name,
   // A tensor stored whole is hashed straight from the mapping, without a copy.
   if (t->chunks.size() == 1 && t->chunks.front().box == Box::whole(t->shape)) {
     const ChunkRecord& c = t->chunks.front();
-    auto shard = impl_->shard(c.file);
+    auto shard = impl_->shards.get(c.file);
     if (!shard.ok()) return std::move(shard).error().context("tensor " + quoted(name));
     const TensorEntry& e = *(*shard)->by_key.at(c.key);
+    const uint64_t at = (*shard)->header.file_offset(e);
+    if (auto st = impl_->shards.check_mapped(**shard, at, e.byte_size()); !st.ok())
+      return std::move(st).error().context("tensor " + quoted(name));
     return XXH3_64bits((*shard)->data_of(e), e.byte_size());
   }
   const uint32_t bits = bit_size(t->dtype);
@@ -464,8 +252,12 @@ Result<uint64_t> CheckpointReader::tensor_xxh3_64(std::string_view name,
 }
 
 Status CheckpointReader::open_all_shards() const {
-  for (const FileRecord& f : impl_->manifest.files) SG_RETURN_IF_ERROR(impl_->shard(f.path));
+  for (const FileRecord& f : impl_->manifest.files) SG_RETURN_IF_ERROR(impl_->shards.get(f.path));
   return {};
+}
+
+std::optional<ChecksumFailure> CheckpointReader::checksum_failure() const {
+  return impl_->shards.failure();
 }
 
 }  // namespace shardguard::checkpoint

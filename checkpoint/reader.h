@@ -4,8 +4,16 @@
 //
 // Shards are opened and mapped lazily on first use; each shard's header is read (pread) and
 // checked against the manifest once (file size, and for every chunk in it: key present,
-// dtype, shape equal to the chunk's box). Checksums are not verified here (see
-// checkpoint/verify.h).
+// dtype, shape equal to the chunk's box).
+//
+// Every byte a read returns is verified, always: a file with block checksums (format 2)
+// has each block checked when a read first touches it (the header's blocks when the file is
+// opened), hashed beside the copy while the block is in the CPU cache, and remembered as
+// good for the reader's lifetime; a file with only a whole-file checksum (format 1) is
+// hashed whole before its first use. A mismatch fails the read with kCorrupt naming the file
+// and the bad block ("step-000000200/shard-00001-of-00002.safetensors: block at offset
+// 4194304 (2 MiB) fails its checksum"); checksum_failure() gives the same as data.
+// Hugging Face directories carry no checksums and are not verified.
 //
 // How bytes move: where a chunk's part of the box is made of long runs of bytes contiguous
 // both in the file and in `out` (a row-split chunk read by row boxes is one such run), the
@@ -21,11 +29,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "checkpoint/block_sums.h"
 #include "checkpoint/box.h"
 #include "checkpoint/manifest.h"
 #include "core/filesystem.h"
@@ -51,6 +61,9 @@ struct ReaderOptions {
   // rounded up to 2 MiB each) for reuse. Cached bytes are always read through the cache.
   // false: every request goes through the page cache.
   bool direct_io = true;
+  // Also hash every file whole (XXH3-128) before its first use, as format-1 files always
+  // are (the job config's resume_verify = "checksum"). Block checks happen regardless.
+  bool verify_whole_files = false;
 };
 
 class CheckpointReader {
@@ -96,6 +109,11 @@ class CheckpointReader {
 
   // Opens and checks every shard now, so a broken one fails before any read does.
   Status open_all_shards() const;
+
+  // The first checksum failure any read of this reader met (file relative to dir(),
+  // offset of the bad block), or nullopt: what a resuming rank reports as
+  // resume_failed{manifest, file, offset} after a read failed with kCorrupt.
+  std::optional<ChecksumFailure> checksum_failure() const;
 
  private:
   struct Impl;

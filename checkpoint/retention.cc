@@ -46,6 +46,9 @@ std::vector<RetentionDecision> plan_retention(const std::vector<CatalogEntry>& n
         d.remove = true;
         d.why = "remove: older than " + keep_last_text(policy.keep_last);
       }
+    } else if (e.state == CheckpointState::kNewer) {
+      // Not ours to judge: a newer shardguard wrote it and may still resume from it.
+      d.why = "keep: written by a newer shardguard";
     } else if (newest_complete && e.step < *newest_complete) {
       d.remove = true;
       d.why = "remove: " + std::string(checkpoint_state_name(e.state)) + ", older than step " +

@@ -47,6 +47,8 @@ void RetentionTracker::add(const CatalogEntry& e, uint64_t bytes, bool symlink) 
     case CheckpointState::kCorrupt:
       corrupt_kept_.insert(e.step);  // due_older_corrupt() decides once all are known
       break;
+    case CheckpointState::kNewer:
+      break;  // a newer shardguard's: never ours to remove
   }
 }
 

@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -106,39 +107,87 @@ Status for_each_direct_block(const RandomAccessFile& file,
   return failed;
 }
 
-}  // namespace
-
-Result<std::string> file_xxh3_128(Filesystem& fs, const std::string& path,
-                                  const std::function<void(uint64_t)>& on_bytes) {
+// Calls fn(bytes, n) over the whole file in order, in steps of kHashStep: through a mapping
+// when the file is in the page cache; a large file mostly not in it (as after an O_DIRECT
+// save) is read with O_DIRECT, several steps ahead of fn.
+Status for_each_step(Filesystem& fs, const std::string& path,
+                     const std::function<void(const std::byte*, uint64_t)>& fn) {
   SG_ASSIGN_OR_RETURN(auto mapped, fs.map_readonly(path));
+  const auto bytes = mapped->bytes();
+  const auto resident = mapped->resident_bytes(0, bytes.size());
+  if (bytes.size() >= 2 * kHashStep && resident && *resident * 2 < bytes.size()) {
+    SG_ASSIGN_OR_RETURN(auto direct, fs.open_for_read(path, {.direct = true}));
+    if (direct->direct() && direct->size() == bytes.size())
+      return for_each_direct_block(*direct, fn);
+  }
+  for (uint64_t at = 0; at < bytes.size(); at += kHashStep)
+    fn(bytes.data() + at, std::min<uint64_t>(kHashStep, bytes.size() - at));
+  return {};
+}
+
+// XXH3-128 of the whole file and, with block_bytes != 0, the sums of its blocks.
+Result<FileRecord> hash_file(Filesystem& fs, const std::string& path, uint64_t block_bytes,
+                             const std::function<void(uint64_t)>& on_bytes) {
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                  &XXH3_freeState);
   if (!state) return Error(ErrorCode::kInternal, "XXH3_createState failed");
   XXH3_128bits_reset(state.get());
-  const auto bytes = mapped->bytes();
-  auto hash = [&](const std::byte* p, uint64_t n) {
+  std::optional<BlockHasher> blocks;
+  if (block_bytes != 0) blocks.emplace(block_bytes);
+  SG_RETURN_IF_ERROR(for_each_step(fs, path, [&](const std::byte* p, uint64_t n) {
     XXH3_128bits_update(state.get(), p, n);
+    if (blocks) blocks->update({p, n});
     if (on_bytes) on_bytes(n);
-  };
-  // A large file mostly not in the page cache (as after an O_DIRECT save) is read with
-  // O_DIRECT, several blocks ahead of the hash; a cached one is hashed from the mapping.
-  const auto resident = mapped->resident_bytes(0, bytes.size());
-  if (bytes.size() >= 2 * kHashStep && resident && *resident * 2 < bytes.size()) {
-    SG_ASSIGN_OR_RETURN(auto direct, fs.open_for_read(path, {.direct = true}));
-    if (direct->direct() && direct->size() == bytes.size()) {
-      SG_RETURN_IF_ERROR(for_each_direct_block(*direct, hash));
-      const XXH128_hash_t digest = XXH3_128bits_digest(state.get());
-      return xxh3_128_hex(digest.high64, digest.low64);
-    }
-  }
-  for (uint64_t at = 0; at < bytes.size(); at += kHashStep)
-    hash(bytes.data() + at, std::min<uint64_t>(kHashStep, bytes.size() - at));
+  }));
+  FileRecord out;
   const XXH128_hash_t digest = XXH3_128bits_digest(state.get());
-  return xxh3_128_hex(digest.high64, digest.low64);
+  out.xxh3_128 = xxh3_128_hex(digest.high64, digest.low64);
+  if (blocks) {
+    out.block_bytes = block_bytes;
+    out.block_xxh3 = blocks->finish();
+  }
+  return out;
 }
 
+}  // namespace
+
+Result<std::string> file_xxh3_128(Filesystem& fs, const std::string& path,
+                                  const std::function<void(uint64_t)>& on_bytes) {
+  SG_ASSIGN_OR_RETURN(FileRecord sums, hash_file(fs, path, 0, on_bytes));
+  return std::move(sums.xxh3_128);
+}
+
+Result<FileRecord> file_checksums(Filesystem& fs, const std::string& path, uint64_t block_bytes,
+                                  const std::function<void(uint64_t)>& on_bytes) {
+  if (!valid_checksum_block_bytes(block_bytes))
+    return Error(ErrorCode::kInvalid, "checksum block size " + std::to_string(block_bytes) +
+                                          " is not a power of two from 4 KiB to 64 MiB");
+  return hash_file(fs, path, block_bytes, on_bytes);
+}
+
+namespace {
+
+// Compares what was read with the record: the first bad block, else the whole-file sum.
+Status compare_sums(const std::string& name, const FileRecord& want, const FileRecord& got,
+                    ChecksumFailure* where) {
+  const size_t blocks = std::min(want.block_xxh3.size(), got.block_xxh3.size());
+  for (size_t k = 0; k < blocks; ++k) {
+    if (want.block_xxh3[k] == got.block_xxh3[k]) continue;
+    const uint64_t offset = k * want.block_bytes;
+    if (where != nullptr) *where = {"", want.path, offset, want.block_bytes};
+    return Error(ErrorCode::kCorrupt, block_failure_message(name, offset, want.block_bytes));
+  }
+  if (got.xxh3_128 != want.xxh3_128) {
+    if (where != nullptr) *where = {"", want.path, std::nullopt, 0};
+    return corrupt(name, "checksum " + got.xxh3_128 + " differs from manifest " + want.xxh3_128);
+  }
+  return {};
+}
+
+}  // namespace
+
 Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Manifest& manifest,
-                         Verify verify, VerifyProgress progress) {
+                         Verify verify, VerifyProgress progress, ChecksumFailure* failure) {
   const std::string label = dir_label(step_dir);
   if (auto step = parse_step_dir_name(label); step && *step != manifest.step)
     return corrupt(label + "/" + std::string(kManifestName),
@@ -157,13 +206,17 @@ Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Mani
     if (*size != f.size)
       return corrupt(name, "size " + std::to_string(*size) + " differs from manifest " +
                                std::to_string(f.size));
-    if (verify == Verify::kChecksum && !f.xxh3_128.empty()) {
-      SG_ASSIGN_OR_RETURN(std::string sum, file_xxh3_128(fs, path, [&](uint64_t n) {
+    if (verify == Verify::kChecksum && (!f.xxh3_128.empty() || f.has_block_sums())) {
+      SG_ASSIGN_OR_RETURN(FileRecord sums, hash_file(fs, path, f.block_bytes, [&](uint64_t n) {
                             done += n;
                             if (progress) progress(done, total);
                           }));
-      if (sum != f.xxh3_128)
-        return corrupt(name, "checksum " + sum + " differs from manifest " + f.xxh3_128);
+      // A file listed without a whole-file sum (never written so) is checked by blocks.
+      if (f.xxh3_128.empty()) sums.xxh3_128.clear();
+      if (auto st = compare_sums(name, f, sums, failure); !st.ok()) {
+        if (failure != nullptr) failure->manifest = join_path(step_dir, std::string(kManifestName));
+        return st;
+      }
     } else {
       done += f.size;
       if (progress) progress(done, total);

@@ -1,7 +1,9 @@
 // Verification of a checkpoint's files against its manifest: every listed file present
-// with the listed size and, on full verification, the listed XXH3-128 checksum.
+// with the listed size and, on full verification, the listed checksums: the XXH3-64 of
+// every block (format 2) and the XXH3-128 of the whole file, computed in one pass.
 // Messages name the file relative to the checkpoint directory
-// ("step-000000200/shard-00001-of-00002.safetensors: size 10 differs from manifest 12").
+// ("step-000000200/shard-00001-of-00002.safetensors: size 10 differs from manifest 12",
+// "...: block at offset 4194304 (2 MiB) fails its checksum").
 // Thread-safety: pure functions over the Filesystem; safe from any thread.
 #pragma once
 
@@ -9,6 +11,7 @@
 #include <functional>
 #include <string>
 
+#include "checkpoint/block_sums.h"
 #include "checkpoint/manifest.h"
 #include "core/filesystem.h"
 #include "core/result.h"
@@ -17,7 +20,7 @@ namespace shardguard::checkpoint {
 
 enum class Verify {
   kSize,      // files exist with the listed sizes (cheap: metadata only)
-  kChecksum,  // also XXH3-128 over every byte (reads the whole checkpoint)
+  kChecksum,  // also block sums and XXH3-128 over every byte (reads the whole checkpoint)
 };
 
 // Called with bytes verified so far and the total bytes to verify.
@@ -30,11 +33,18 @@ using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
 Result<std::string> file_xxh3_128(Filesystem& fs, const std::string& path,
                                   const std::function<void(uint64_t)>& on_bytes = {});
 
+// The same pass, also computing the XXH3-64 of each block of `block_bytes` (a valid
+// checksum block size) into the result's block_xxh3.
+Result<FileRecord> file_checksums(Filesystem& fs, const std::string& path, uint64_t block_bytes,
+                                  const std::function<void(uint64_t)>& on_bytes = {});
+
 // Checks `manifest` against the files in `step_dir`: the manifest's step must match the
 // directory's name (when it parses as a step directory); each listed file must exist with
-// its size and, with kChecksum, its checksum (files listed without one are size-checked
-// only). kCorrupt naming the file on the first mismatch; other I/O errors as they come.
+// its size and, with kChecksum, its checksums (files listed without any are size-checked
+// only). kCorrupt naming the file (and the first bad block) on the first mismatch; other I/O
+// errors as they come. On a checksum mismatch, `*failure` (when given) says where.
 Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Manifest& manifest,
-                         Verify verify, VerifyProgress progress = {});
+                         Verify verify, VerifyProgress progress = {},
+                         ChecksumFailure* failure = nullptr);
 
 }  // namespace shardguard::checkpoint

@@ -194,14 +194,19 @@ struct ShardWriter::Impl {
     return {};
   }
 
-  Sidecar make_sidecar(const std::string& checksum) const {
+  Sidecar make_sidecar(FileChecksums sums) const {
     Sidecar s;
     s.job_id = opt.job_id;
     s.step = opt.step;
     s.attempt = opt.attempt;
     s.rank = opt.rank;
     s.world_size = opt.world_size;
-    s.file = FileRecord{shard_name(), layout->file_size, checksum, opt.rank};
+    s.file.path = shard_name();
+    s.file.size = layout->file_size;
+    s.file.xxh3_128 = std::move(sums.xxh3_128);
+    s.file.rank = opt.rank;
+    s.file.block_bytes = sums.block_bytes;
+    s.file.block_xxh3 = std::move(sums.block_xxh3);
     for (const auto& t : tensors) {
       auto& rec = s.tensors[t.name];
       rec.dtype = t.dtype;
@@ -266,6 +271,10 @@ Result<Sidecar> ShardWriter::finish() {
     return Error(ErrorCode::kInvalid, "rank 0 must set the global state before finish()");
   if (opt.rank != 0 && m.global)
     return Error(ErrorCode::kInvalid, "only rank 0 sets the global state");
+  if (!valid_checksum_block_bytes(opt.checksum_block_bytes))
+    return Error(ErrorCode::kInvalid, "checksum block size " +
+                                          std::to_string(opt.checksum_block_bytes) +
+                                          " is not a power of two from 4 KiB to 64 MiB");
   SG_RETURN_IF_ERROR(check_json_text(m.rank_state.data_position, "data loader position"));
   SG_RETURN_IF_ERROR(check_json_text(m.rank_state.user, "rank user state"));
   if (m.global) {
@@ -282,9 +291,10 @@ Result<Sidecar> ShardWriter::finish() {
   const std::string final_path = join_path(dir, m.shard_name());
   const std::string tmp_path = join_path(dir, temp_name(m.shard_name(), opt.attempt, ::getpid()));
   auto segs = m.segments();
-  SG_ASSIGN_OR_RETURN(std::string checksum,
-                      write_file_image(*m.fs, tmp_path, segs, m.layout->file_size,
-                                       {opt.io_threads, opt.block_size, opt.direct_io}));
+  SG_ASSIGN_OR_RETURN(
+      FileChecksums checksums,
+      write_file_image(*m.fs, tmp_path, segs, m.layout->file_size,
+                       {opt.io_threads, opt.block_size, opt.direct_io, opt.checksum_block_bytes}));
   // Last look before publishing: a committer may have sealed the step meanwhile.
   if (auto st = m.check_fencing(); !st.ok()) {
     (void)m.fs->remove(tmp_path);
@@ -294,7 +304,7 @@ Result<Sidecar> ShardWriter::finish() {
     (void)m.fs->remove(tmp_path);
     return std::move(st).error();
   }
-  Sidecar sidecar = m.make_sidecar(checksum);
+  Sidecar sidecar = m.make_sidecar(std::move(checksums));
   const std::string sidecar_path = join_path(dir, sidecar_name(opt.rank));
   // The shard's name is durable before the sidecar that points at it appears.
   Status published = m.fs->sync_dir(dir);

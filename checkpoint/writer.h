@@ -2,9 +2,10 @@
 //
 // Usage: add tensors or chunks, set the rank (and, on rank 0, the global) state, then
 // finish(): the shard is written to a temporary name by several threads in large blocks
-// (O_DIRECT where the filesystem allows), its XXH3-128 computed in the same pass, fsynced,
-// renamed into place; then the sidecar is written the same way. The checkpoint is not
-// complete until a committer writes the manifest (checkpoint/commit.h).
+// (O_DIRECT where the filesystem allows), its XXH3-128 and block checksums (format 2)
+// computed in the same pass, fsynced, renamed into place; then the sidecar is written the
+// same way. The checkpoint is not complete until a committer writes the manifest
+// (checkpoint/commit.h).
 //
 // snapshot() copies every added tensor into a reusable staging buffer, after which the
 // caller may change its tensors while finish() runs on another thread (AsyncShardWriter).
@@ -36,6 +37,10 @@ struct WriterOptions {
   int io_threads = 4;                 // parallel writers of one shard
   size_t block_size = 8ull << 20;     // bytes per write
   bool direct_io = true;              // O_DIRECT when the filesystem supports it
+  // Bytes per checksum block (a power of two from 4 KiB to 64 MiB): the unit the reader
+  // checks. Smaller blocks make reads of small boxes check fewer bytes; more sums make
+  // a larger manifest (19 bytes of JSON per block).
+  uint64_t checksum_block_bytes = kDefaultChecksumBlockBytes;
 };
 
 // Page-aligned memory that is kept and re-used across saves, touched once when it grows so

@@ -1,6 +1,7 @@
 // Tests for checkpoint/catalog.h and checkpoint/verify.h: complete, incomplete and corrupt
 // step directories, newest first; latest_complete() falls back past a corrupt one (a
-// flipped byte only a checksum finds) and an incomplete newer one, saying why.
+// flipped byte only a checksum finds: the block sum of format 2 names its block) and an
+// incomplete newer one, saying why.
 #include "checkpoint/catalog.h"
 
 #include <catch2/catch.hpp>
@@ -75,9 +76,9 @@ TEST_CASE("catalog classifies and falls back", "[catalog]") {
     REQUIRE(list->size() == 4);
     const CatalogEntry& corrupt = (*list)[1];
     CHECK(corrupt.state == CheckpointState::kCorrupt);
-    CHECK_THAT(corrupt.reason,
-               Catch::StartsWith("step-000000300/shard-00001-of-00002.safetensors: checksum "));
-    CHECK_THAT(corrupt.reason, Catch::Contains("differs from manifest"));
+    CHECK(corrupt.reason ==
+          "step-000000300/shard-00001-of-00002.safetensors: block at offset 0 (2 MiB) fails "
+          "its checksum");
     CHECK(corrupt.manifest.has_value());
     CHECK((*list)[2].state == CheckpointState::kComplete);
     CHECK((*list)[3].state == CheckpointState::kComplete);
@@ -99,7 +100,7 @@ TEST_CASE("catalog classifies and falls back", "[catalog]") {
     INFO(latest.error().message());
     CHECK(latest.error().code() == ErrorCode::kNotFound);
     CHECK_THAT(latest.error().message(),
-               Catch::Contains("step-000000300/shard-00001-of-00002.safetensors: checksum"));
+               Catch::Contains("step-000000300/shard-00001-of-00002.safetensors: block at"));
     CHECK_THAT(latest.error().message(),
                Catch::Contains("step-000000100/shard-00000-of-00002.safetensors: missing"));
   }

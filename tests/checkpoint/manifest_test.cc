@@ -1,5 +1,6 @@
-// Tests for checkpoint/manifest.h: manifests and sidecars round-trip through JSON, and
-// the strict reader rejects every malformed manifest with a message naming the field.
+// Tests for checkpoint/manifest.h: manifests and sidecars round-trip through JSON (format 2
+// with block sums, and format 1), the strict reader rejects every malformed manifest with a
+// message naming the field, and a newer format is kUnsupported ("newer"), not corrupt.
 #include "checkpoint/manifest.h"
 
 #include <boost/json.hpp>
@@ -24,7 +25,13 @@ Manifest sample_manifest() {
   m.reason = SaveReason::kEmergency;
   m.world_size = 2;
   m.created_unix_ms = 1700000000123;
-  m.files = {{"shard-00000-of-00002.safetensors", 4096, std::string(32, 'a'), 0},
+  // File 0 with block sums (two 4 KiB blocks, the last one partial), file 1 without.
+  m.files = {{"shard-00000-of-00002.safetensors",
+              6000,
+              std::string(32, 'a'),
+              0,
+              4096,
+              {0x0123456789abcdefull, 0xfedcba9876543210ull}},
              {"shard-00001-of-00002.safetensors", 2048, "0123456789abcdef0123456789abcdef", 1}};
   m.tensors["w"] = {DType::kBF16,
                     {4, 6},
@@ -53,6 +60,8 @@ void expect_same(const Manifest& a, const Manifest& b) {
     CHECK(a.files[i].size == b.files[i].size);
     CHECK(a.files[i].xxh3_128 == b.files[i].xxh3_128);
     CHECK(a.files[i].rank == b.files[i].rank);
+    CHECK(a.files[i].block_bytes == b.files[i].block_bytes);
+    CHECK(a.files[i].block_xxh3 == b.files[i].block_xxh3);
   }
   REQUIRE(a.tensors.size() == b.tensors.size());
   for (const auto& [name, t] : a.tensors) {
@@ -84,7 +93,11 @@ TEST_CASE("manifest round trip", "[manifest]") {
   REQUIRE(parsed.ok());
   expect_same(m, *parsed);
   CHECK(manifest_to_json(*parsed) == text);
-  CHECK(parsed->total_bytes() == 4096 + 2048);
+  CHECK(parsed->version == 2);
+  CHECK_THAT(text,
+             Catch::Contains(
+                 R"("block_bytes":4096,"block_xxh3":["0123456789abcdef","fedcba9876543210"])"));
+  CHECK(parsed->total_bytes() == 6000 + 2048);
   CHECK(parsed->find_file("shard-00001-of-00002.safetensors")->rank == 1);
   CHECK(parsed->find_file("nope") == nullptr);
 }
@@ -177,8 +190,8 @@ TEST_CASE("strict manifest reader rejects", "[manifest]") {
         [](auto& o) { chunks_of(o, "b")[0].as_object()["file"] = "shard-9.safetensors"; },
         "not among the files");
   }
-  SECTION("wrong version") {
-    expect_rejected([](auto& o) { o["version"] = 2; }, "version 2");
+  SECTION("version 0") {
+    expect_rejected([](auto& o) { o["version"] = 0; }, "version 0");
   }
   SECTION("wrong format") {
     expect_rejected([](auto& o) { o["format"] = "shardguard.sidecar"; }, "format");
@@ -192,10 +205,94 @@ TEST_CASE("strict manifest reader rejects", "[manifest]") {
   SECTION("ranks do not match world size") {
     expect_rejected([](auto& o) { o["world_size"] = 3; }, "ranks");
   }
+  SECTION("block sums: only one of the two fields") {
+    expect_rejected([](auto& o) { first_file(o).erase("block_xxh3"); }, "block_xxh3: missing");
+    expect_rejected([](auto& o) { first_file(o).erase("block_bytes"); }, "block_bytes: missing");
+  }
+  SECTION("block sums: a block size that is not a power of two from 4 KiB") {
+    expect_rejected([](auto& o) { first_file(o)["block_bytes"] = 6000; }, "power of two");
+    expect_rejected([](auto& o) { first_file(o)["block_bytes"] = 2048; }, "power of two");
+    expect_rejected([](auto& o) { first_file(o)["block_bytes"] = 0; }, "power of two");
+  }
+  SECTION("block sums: one too few or too many for the size") {
+    expect_rejected([](auto& o) { first_file(o)["size"] = 9000; }, "2 sums for 3 blocks");
+    expect_rejected([](auto& o) { first_file(o)["size"] = 4096; }, "2 sums for 1 blocks");
+  }
+  SECTION("block sums: a size so large that the block count would overflow") {
+    expect_rejected([](auto& o) { first_file(o)["size"] = UINT64_MAX; }, "sums for");
+  }
+  SECTION("block sums: not 16 lower-case hex digits") {
+    expect_rejected([](auto& o) { first_file(o)["block_xxh3"].as_array()[1] = "FEDCBA9876543210"; },
+                    "block_xxh3[1]: expected 16 lower-case hex digits");
+    expect_rejected([](auto& o) { first_file(o)["block_xxh3"].as_array()[0] = 7; },
+                    "block_xxh3[0]");
+    expect_rejected([](auto& o) { first_file(o)["block_xxh3"] = "0123456789abcdef"; },
+                    "expected an array");
+  }
+  SECTION("block sums in a version-1 manifest are unknown fields") {
+    expect_rejected([](auto& o) { o["version"] = 1; }, "files[0].block_bytes: unknown field");
+  }
   SECTION("file listed twice") {
     expect_rejected([](auto& o) { o["files"].as_array().push_back(o["files"].as_array()[0]); },
                     "listed twice");
   }
+}
+
+TEST_CASE("format 1 is read and written back as format 1", "[manifest]") {
+  Manifest m = sample_manifest();
+  m.version = 1;
+  const std::string text = manifest_to_json(m);
+  CHECK_THAT(text, Catch::Contains(R"("version":1,)"));
+  CHECK_THAT(text, !Catch::Contains("block_"));  // format 1 has no block sums
+  auto parsed = parse_manifest(text, "manifest.json");
+  REQUIRE(parsed.ok());
+  CHECK(parsed->version == 1);
+  CHECK_FALSE(parsed->files[0].has_block_sums());
+  CHECK(manifest_to_json(*parsed) == text);
+
+  Sidecar s;
+  s.version = 1;
+  s.job_id = "j";
+  s.rank = 0;
+  s.world_size = 1;
+  s.file = {"shard-00000-of-00001.safetensors", 10, std::string(32, 'b'), 0, 4096, {1}};
+  s.global = GlobalState{};
+  const std::string sidecar = sidecar_to_json(s);
+  CHECK_THAT(sidecar, !Catch::Contains("block_"));
+  auto back = parse_sidecar(sidecar, "rank-00000.json");
+  REQUIRE(back.ok());
+  CHECK(back->version == 1);
+  CHECK_FALSE(back->file.has_block_sums());
+}
+
+TEST_CASE("a newer format is kUnsupported, named as newer, never corrupt", "[manifest]") {
+  // What a future shardguard might write: a higher version and fields this build never saw.
+  json::value root = json::parse(manifest_to_json(sample_manifest()));
+  root.as_object()["version"] = 3;
+  root.as_object()["future_field"] = json::object{{"x", 1}};
+  root.as_object().erase("ranks");
+  auto parsed = parse_manifest(json::serialize(root), "step-000001200/manifest.json");
+  REQUIRE_FALSE(parsed.ok());
+  CHECK(parsed.error().code() == ErrorCode::kUnsupported);
+  CHECK(parsed.error().message() ==
+        "step-000001200/manifest.json: written by a newer shardguard (format 3; this build "
+        "reads up to 2)");
+
+  json::value sidecar = json::parse(R"({"format":"shardguard.sidecar","version":7})");
+  auto s = parse_sidecar(json::serialize(sidecar), "rank-00000.json");
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.error().code() == ErrorCode::kUnsupported);
+  CHECK_THAT(s.error().message(), Catch::Contains("format 7; this build reads up to 2"));
+}
+
+TEST_CASE("u64_hex and parse_u64_hex", "[manifest]") {
+  CHECK(u64_hex(0) == "0000000000000000");
+  CHECK(u64_hex(0xfedcba9876543210ull) == "fedcba9876543210");
+  CHECK(parse_u64_hex("fedcba9876543210") == 0xfedcba9876543210ull);
+  CHECK(parse_u64_hex(u64_hex(12345)) == 12345u);
+  for (const char* bad : {"", "fedcba987654321", "fedcba98765432100", "Fedcba9876543210",
+                          "fedcba987654321g", "-edcba9876543210"})
+    CHECK_FALSE(parse_u64_hex(bad).has_value());
 }
 
 TEST_CASE("truncated or non-JSON manifest", "[manifest]") {

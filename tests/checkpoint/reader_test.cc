@@ -231,7 +231,10 @@ TEST_CASE("concurrent readers share the shard cache", "[reader]") {
   CHECK(bad == 0);
 }
 
-// A one-rank checkpoint of "w" (F32 [4,4], whole) and "b" (F32 [4]), for breaking.
+// A one-rank checkpoint of "w" (F32 [4,4], whole) and "b" (F32 [4]), for breaking. Its
+// manifest lists no checksums, so that the reader's own checks of the file's structure are
+// what meets the damage (with checksums, any changed byte is a bad block first:
+// tests/checkpoint/corruption_test.cc).
 struct BrokenFixture {
   shardguard::testing::TempDir dir;
   Manifest manifest;
@@ -243,7 +246,8 @@ struct BrokenFixture {
     std::vector<SyntheticTensor> tensors{
         {"w", DType::kF32, {4, 4}, testing::random_bytes(64, rng), {Box{{0, 0}, {4, 4}}}},
         {"b", DType::kF32, {4}, testing::random_bytes(16, rng), {Box{{0}, {4}}}}};
-    manifest = testing::write_synthetic_checkpoint(dir.path(), 1, 1, tensors);
+    manifest = testing::write_synthetic_checkpoint(dir.path(), 1, 1, tensors, true, 0);
+    manifest.files[0].xxh3_128.clear();
     shard_path = dir / shard;
   }
 

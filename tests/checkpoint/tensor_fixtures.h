@@ -186,11 +186,13 @@ inline void write_safetensors(const std::string& path, const std::vector<ShardTe
 
 // Writes the shards of `tensors` for `world_size` ranks into `step_dir` and returns the
 // manifest (written as manifest.json too when `commit`). Whole single-chunk tensors keep
-// their name as key; chunks are stored as "<name>@<i>".
+// their name as key; chunks are stored as "<name>@<i>". Files get block sums of
+// `block_bytes` (format 2), or none with 0.
 inline Manifest write_synthetic_checkpoint(const std::string& step_dir, uint64_t step,
                                            uint32_t world_size,
                                            const std::vector<SyntheticTensor>& tensors,
-                                           bool commit = true) {
+                                           bool commit = true,
+                                           uint64_t block_bytes = kDefaultChecksumBlockBytes) {
   PosixFilesystem::instance().create_dirs(step_dir).value();
   Manifest m;
   m.job_id = "test-job";
@@ -218,7 +220,12 @@ inline Manifest write_synthetic_checkpoint(const std::string& step_dir, uint64_t
     const std::string path = step_dir + "/" + file;
     write_safetensors(path, per_rank[r]);
     auto& fs = PosixFilesystem::instance();
-    m.files.push_back({file, fs.file_size(path).value(), file_xxh3_128(fs, path).value(), r});
+    FileRecord rec = block_bytes != 0 ? file_checksums(fs, path, block_bytes).value()
+                                      : FileRecord{"", 0, file_xxh3_128(fs, path).value(), 0};
+    rec.path = file;
+    rec.size = fs.file_size(path).value();
+    rec.rank = r;
+    m.files.push_back(std::move(rec));
     m.ranks.push_back(
         {"rng-" + std::to_string(r), "{\"batch\":" + std::to_string(r) + "}", "null"});
   }
