@@ -9,10 +9,14 @@ namespace {
 
 void spdlog_sink(LogLevel level, const std::string& line) {
   switch (level) {
-    case LogLevel::kDebug: return spdlog::debug("{}", line);
-    case LogLevel::kInfo: return spdlog::info("{}", line);
-    case LogLevel::kWarn: return spdlog::warn("{}", line);
-    case LogLevel::kError: return spdlog::error("{}", line);
+    case LogLevel::kDebug:
+      return spdlog::debug("{}", line);
+    case LogLevel::kInfo:
+      return spdlog::info("{}", line);
+    case LogLevel::kWarn:
+      return spdlog::warn("{}", line);
+    case LogLevel::kError:
+      return spdlog::error("{}", line);
   }
 }
 

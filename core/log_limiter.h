@@ -29,7 +29,7 @@ namespace shardguard {
 enum class LogLevel { kDebug, kInfo, kWarn, kError };
 
 struct LogLimiterOptions {
-  size_t max_lines = 10;                          // per cause and window
+  size_t max_lines = 10;  // per cause and window
   Duration window = std::chrono::seconds(1);
   size_t max_causes = 256;  // causes tracked at once; idle ones are forgotten beyond this
 };

@@ -147,7 +147,8 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
       self->end(s);
     });
     s->parser.emplace();
-    s->parser->header_limit(static_cast<uint32_t>(std::min<size_t>(options.max_request_bytes, 8192)));
+    s->parser->header_limit(
+        static_cast<uint32_t>(std::min<size_t>(options.max_request_bytes, 8192)));
     s->parser->body_limit(options.max_request_bytes);
     http::async_read(s->socket, s->buffer, *s->parser,
                      [self = shared_from_this(), s](beast::error_code ec, size_t) {

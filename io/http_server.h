@@ -34,8 +34,8 @@ struct HttpReply {
 
 struct HttpServerOptions {
   size_t max_connections = 32;
-  Duration max_connection_time = std::chrono::seconds(5);  // a slow client is closed
-  size_t max_request_bytes = 16 * 1024;                    // header and body together
+  Duration max_connection_time = std::chrono::seconds(5);            // a slow client is closed
+  size_t max_request_bytes = 16 * 1024;                              // header and body together
   Duration accept_backoff_initial = std::chrono::milliseconds(100);  // after EMFILE & co
   Duration accept_backoff_max = std::chrono::seconds(2);
   Clock* clock = nullptr;  // for the log limiter; nullptr: RealClock
@@ -44,11 +44,11 @@ struct HttpServerOptions {
 // Counters since construction, and the connections open now.
 struct HttpServerStats {
   uint64_t accepted = 0;
-  uint64_t served = 0;          // responses written completely
-  uint64_t timed_out = 0;       // closed at max_connection_time
-  uint64_t evicted = 0;         // closed unanswered to make room for a new connection
-  uint64_t accept_errors = 0;   // accept() failed
-  uint64_t accept_backoffs = 0; // pauses after EMFILE/ENFILE/ENOBUFS/ENOMEM
+  uint64_t served = 0;           // responses written completely
+  uint64_t timed_out = 0;        // closed at max_connection_time
+  uint64_t evicted = 0;          // closed unanswered to make room for a new connection
+  uint64_t accept_errors = 0;    // accept() failed
+  uint64_t accept_backoffs = 0;  // pauses after EMFILE/ENFILE/ENOBUFS/ENOMEM
   size_t open = 0;
 };
 

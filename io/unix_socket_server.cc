@@ -88,9 +88,9 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
           if (ec) {
             if (ec == asio::error::operation_aborted) return;
             ++self->stats.accept_errors;
-            self->limiter.warn("unix socket accept error",
-                               "unix socket '" + self->options.path + "': accept: " +
-                                   ec.message() + "; pausing 100ms");
+            self->limiter.warn("unix socket accept error", "unix socket '" + self->options.path +
+                                                               "': accept: " + ec.message() +
+                                                               "; pausing 100ms");
             self->retry_timer.expires_after(std::chrono::milliseconds(100));
             self->retry_timer.async_wait([self](const boost::system::error_code& ec) {
               if (!ec && !self->dead && self->acceptor.is_open()) self->accept();
@@ -121,10 +121,10 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
     }
     if (cred.uid != *options.allowed_uid) {
       ++stats.refused_uid;
-      limiter.warn("unix socket wrong uid",
-                   where + ": rejected peer pid " + std::to_string(cred.pid) + " uid " +
-                       std::to_string(cred.uid) + " (allowed uid " +
-                       std::to_string(*options.allowed_uid) + ")");
+      limiter.warn("unix socket wrong uid", where + ": rejected peer pid " +
+                                                std::to_string(cred.pid) + " uid " +
+                                                std::to_string(cred.uid) + " (allowed uid " +
+                                                std::to_string(*options.allowed_uid) + ")");
       return;
     }
     const PeerCredentials peer{cred.pid, cred.uid, cred.gid};
@@ -182,10 +182,9 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
       if (conn->partial.size() + piece.size() > options.max_line_bytes) {
         ++stats.closed_line_too_long;
         limiter.warn("unix socket line too long",
-                     "unix socket '" + options.path + "': connection " +
-                         std::to_string(conn->id) + " (pid " + std::to_string(conn->peer.pid) +
-                         ") sent a line longer than " + std::to_string(options.max_line_bytes) +
-                         " bytes; closing");
+                     "unix socket '" + options.path + "': connection " + std::to_string(conn->id) +
+                         " (pid " + std::to_string(conn->peer.pid) + ") sent a line longer than " +
+                         std::to_string(options.max_line_bytes) + " bytes; closing");
         close_connection(conn);
         return false;
       }
@@ -195,10 +194,9 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
       if (!take_line_token(*conn)) {
         ++stats.closed_line_rate;
         limiter.warn("unix socket line rate",
-                     "unix socket '" + options.path + "': connection " +
-                         std::to_string(conn->id) + " (pid " + std::to_string(conn->peer.pid) +
-                         ") sent more than " + std::to_string(options.max_lines_per_second) +
-                         " lines/s; closing");
+                     "unix socket '" + options.path + "': connection " + std::to_string(conn->id) +
+                         " (pid " + std::to_string(conn->peer.pid) + ") sent more than " +
+                         std::to_string(options.max_lines_per_second) + " lines/s; closing");
         close_connection(conn);
         return false;
       }

@@ -39,9 +39,8 @@ class HttpRig {
   explicit HttpRig(HttpServerOptions options = {}) : server_(loop_, "127.0.0.1", 0, options) {
     server_.handle("/metrics", [] { return HttpReply{200, "text/plain", "up 1\n"}; });
     REQUIRE(server_.start().ok());
-    thread_ = std::thread([this] {
-      loop_.run_until([this] { return done_.load(); }, std::chrono::hours(1));
-    });
+    thread_ = std::thread(
+        [this] { loop_.run_until([this] { return done_.load(); }, std::chrono::hours(1)); });
     // The thread's CPU clock, once it runs.
     REQUIRE(pthread_getcpuclockid(thread_.native_handle(), &cpu_clock_) == 0);
   }
@@ -136,8 +135,8 @@ int read_byte(int fd, std::chrono::milliseconds timeout) {
 
 TEST_CASE("http server: routes, 404 and 405", "[integration]") {
   HttpRig rig;
-  CHECK_THAT(http_get(rig.port(), kGet, 5s), Catch::StartsWith("HTTP/1.1 200") &&
-                                                 Catch::EndsWith("up 1\n"));
+  CHECK_THAT(http_get(rig.port(), kGet, 5s),
+             Catch::StartsWith("HTTP/1.1 200") && Catch::EndsWith("up 1\n"));
   CHECK_THAT(http_get(rig.port(), "GET /nope HTTP/1.1\r\n\r\n", 5s),
              Catch::StartsWith("HTTP/1.1 404"));
   CHECK_THAT(http_get(rig.port(), "DELETE /metrics HTTP/1.1\r\n\r\n", 5s),
@@ -221,10 +220,10 @@ TEST_CASE("http server: 1,500 connections neither pin a core nor exhaust descrip
   WARN("server thread CPU " << std::chrono::duration<double>(cpu).count() << " s over "
                             << std::chrono::duration<double>(wall).count() << " s; peak fds "
                             << peak_fds << " (before " << fds_before << ")");
-  CHECK(cpu < wall / 4);                     // a pinned core would be ~wall
-  CHECK(peak_fds <= fds_before + 32 + 4);    // max_connections (+1 being accepted, +client)
-  CHECK(stats.accept_errors == 0);           // never near EMFILE
-  CHECK(stats.accepted >= 1500);             // every one was taken and closed in turn
+  CHECK(cpu < wall / 4);                   // a pinned core would be ~wall
+  CHECK(peak_fds <= fds_before + 32 + 4);  // max_connections (+1 being accepted, +client)
+  CHECK(stats.accept_errors == 0);         // never near EMFILE
+  CHECK(stats.accepted >= 1500);           // every one was taken and closed in turn
   CHECK(stats.evicted >= 1500 - 32);
   CHECK(stats.open <= 32);
 
@@ -273,12 +272,12 @@ TEST_CASE("http server: EMFILE from accept backs off instead of spinning", "[int
   ::close(result[0]);
   ::close(result[1]);
 
-  WARN("server thread CPU while out of descriptors: "
-       << std::chrono::duration<double>(cpu).count() << " s in 1.5 s; accept errors "
-       << during.accept_errors);
-  CHECK(cpu < 150ms);                 // a busy retry would burn ~1.5 s
+  WARN("server thread CPU while out of descriptors: " << std::chrono::duration<double>(cpu).count()
+                                                      << " s in 1.5 s; accept errors "
+                                                      << during.accept_errors);
+  CHECK(cpu < 150ms);  // a busy retry would burn ~1.5 s
   CHECK(during.accept_backoffs >= 1);
-  CHECK(during.accept_errors <= 8);   // 100, 200, 400, 800 ms...: a handful, not millions
+  CHECK(during.accept_errors <= 8);  // 100, 200, 400, 800 ms...: a handful, not millions
   CHECK(ok == 1);
   CHECK(rig.stats().served == 1);
 }
