@@ -7,10 +7,12 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -41,6 +43,14 @@ std::string unescape(const std::string& s) {
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+bool kernel_at_least(int major, int minor) {
+  utsname u{};
+  if (::uname(&u) != 0) return false;
+  int ma = 0, mi = 0;
+  if (std::sscanf(u.release, "%d.%d", &ma, &mi) != 2) return false;
+  return ma > major || (ma == major && mi >= minor);
+}
+
 // Tries a child in new namespaces; 0 if it ran, else the errno of clone.
 int try_namespaces(unsigned long flags) {
   // The child only exits: safe right after clone in a process with threads.
@@ -64,10 +74,10 @@ bool populated(const std::string& dir) {
 
 }  // namespace
 
-CgroupSupport probe_cgroup_v2() {
+CgroupSupport parse_cgroup_v2(std::string_view mountinfo, std::string_view self_cgroup) {
   CgroupSupport out;
   // mountinfo: id parent major:minor root mount-point options ... - fstype source super
-  std::ifstream mounts("/proc/self/mountinfo");
+  std::istringstream mounts{std::string(mountinfo)};
   std::string line, mount_root;
   while (std::getline(mounts, line)) {
     const size_t dash = line.find(" - ");
@@ -87,24 +97,38 @@ CgroupSupport probe_cgroup_v2() {
     out.why = "no cgroup2 file system is mounted";
     return out;
   }
-  std::ifstream cgroups("/proc/self/cgroup");
+  std::istringstream cgroups{std::string(self_cgroup)};
   std::string own_path;
   while (std::getline(cgroups, line)) {
     if (line.rfind("0::", 0) == 0) own_path = line.substr(3);
   }
-  if (own_path.empty()) {
+  if (own_path.empty() || own_path[0] != '/') {
     out.why = "this process has no cgroup v2 entry in /proc/self/cgroup";
     return out;
   }
   // The mount shows the hierarchy from mount_root down (a cgroup namespace or bind mount).
-  if (mount_root != "/" && own_path.rfind(mount_root, 0) != 0) {
+  const bool below_root =
+      mount_root == "/" || own_path == mount_root || own_path.rfind(mount_root + "/", 0) == 0;
+  if (!below_root) {
     out.why = "this process's cgroup '" + own_path + "' is outside the mount '" + out.mount + "'";
     return out;
   }
   std::string rel = mount_root == "/" ? own_path : own_path.substr(mount_root.size());
-  if (rel.empty() || rel.back() != '/') rel += '/';
-  out.own = out.mount + rel;
-  out.has_kill = exists(out.own + "cgroup.kill") || exists(out.mount + "/cgroup.kill");
+  if (rel.empty() || rel.front() != '/') rel.insert(rel.begin(), '/');
+  if (rel.back() != '/') rel += '/';
+  out.own = (out.mount.back() == '/' ? out.mount.substr(0, out.mount.size() - 1) : out.mount) + rel;
+  return out;
+}
+
+CgroupSupport probe_cgroup_v2() {
+  auto slurp = [](const char* path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  CgroupSupport out = parse_cgroup_v2(slurp("/proc/self/mountinfo"), slurp("/proc/self/cgroup"));
+  if (out.own.empty()) return out;
+  // The root cgroup has no cgroup.kill of its own; its children do from Linux 5.14 on.
+  out.has_kill = exists(out.own + "cgroup.kill") || kernel_at_least(5, 14);
   if (::access(out.own.c_str(), W_OK) != 0) {
     out.why = "cannot create cgroups in '" + out.own + "': " + std::strerror(errno);
   } else if (::access((out.own + "cgroup.procs").c_str(), W_OK) != 0) {

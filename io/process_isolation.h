@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/clock.h"
@@ -36,6 +37,10 @@ struct IsolationSupport {
   std::string describe() const;
 };
 
+// Where the cgroup2 hierarchy is mounted and this process's directory in it, from the
+// texts of /proc/self/mountinfo and /proc/self/cgroup (`why` says what is missing);
+// `writable` and `has_kill` are left for probe_cgroup_v2() to check.
+CgroupSupport parse_cgroup_v2(std::string_view mountinfo, std::string_view self_cgroup);
 // Reads the mount table and this process's cgroup; checks access, creates nothing.
 CgroupSupport probe_cgroup_v2();
 // Starts (and reaps) a child in new namespaces to see what the kernel permits, and probes

@@ -36,39 +36,6 @@ bool read_small(const std::string& path, std::string& out, size_t limit) {
   return true;
 }
 
-// Parses "pid (comm) state ppid pgrp session ... starttime ..."; comm may hold spaces and
-// parentheses, so the fields start after the last ')'.
-std::optional<ProcInfo> parse_stat(pid_t pid, const char* text, size_t size) {
-  std::string_view s(text, size);
-  const size_t close = s.rfind(')');
-  if (close == std::string_view::npos || close + 2 >= s.size()) return std::nullopt;
-  ProcInfo info;
-  info.pid = pid;
-  info.state = s[close + 2];
-  const char* p = text + close + 3;
-  const char* end = text + size;
-  uint64_t fields[19] = {};  // fields 4..22
-  for (int i = 0; i < 19; ++i) {
-    while (p < end && *p == ' ') ++p;
-    if (p >= end) return std::nullopt;
-    char* next = nullptr;
-    fields[i] = std::strtoull(p, &next, 10);
-    if (next == p) {  // tty_nr and such can be negative: skip the sign
-      if (*p == '-') {
-        fields[i] = std::strtoull(p + 1, &next, 10);
-      } else {
-        return std::nullopt;
-      }
-    }
-    p = next;
-  }
-  info.ppid = static_cast<pid_t>(fields[0]);
-  info.pgid = static_cast<pid_t>(fields[1]);
-  info.sid = static_cast<pid_t>(fields[2]);
-  info.start_time = fields[18];
-  return info;
-}
-
 std::optional<ProcInfo> read_stat(pid_t pid) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", static_cast<int>(pid));
@@ -80,12 +47,36 @@ std::optional<ProcInfo> read_stat(pid_t pid) {
     n = ::read(fd.get(), buf, sizeof buf - 1);
   } while (n < 0 && errno == EINTR);
   if (n <= 0) return std::nullopt;
-  return parse_stat(pid, buf, static_cast<size_t>(n));
+  return parse_proc_stat(pid, std::string_view(buf, static_cast<size_t>(n)));
 }
 
 const std::vector<pid_t> kNoChildren;
 
 }  // namespace
+
+// "pid (comm) state ppid pgrp session ... starttime ...": the fields start after the last
+// ')', since comm may hold both spaces and parentheses.
+std::optional<ProcInfo> parse_proc_stat(pid_t pid, std::string_view s) {
+  const size_t close = s.rfind(')');
+  if (close == std::string_view::npos || close + 2 >= s.size()) return std::nullopt;
+  ProcInfo info;
+  info.pid = pid;
+  info.state = s[close + 2];
+  size_t pos = close + 3;
+  uint64_t fields[19] = {};  // fields 4..22
+  for (uint64_t& field : fields) {
+    while (pos < s.size() && s[pos] == ' ') ++pos;
+    if (pos < s.size() && s[pos] == '-') ++pos;  // tty_nr and such may be negative
+    const size_t begin = pos;
+    while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') field = field * 10 + (s[pos++] - '0');
+    if (pos == begin) return std::nullopt;
+  }
+  info.ppid = static_cast<pid_t>(fields[0]);
+  info.pgid = static_cast<pid_t>(fields[1]);
+  info.sid = static_cast<pid_t>(fields[2]);
+  info.start_time = fields[18];
+  return info;
+}
 
 Result<ProcInfo> read_proc_info(pid_t pid) {
   if (auto info = read_stat(pid)) return *info;

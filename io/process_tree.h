@@ -38,6 +38,8 @@ struct ProcInfo {
   uint64_t start_time = 0;  // field 22: clock ticks after boot; with the pid, an identity
 };
 
+// Parses the text of /proc/PID/stat (the command name may hold spaces and parentheses).
+std::optional<ProcInfo> parse_proc_stat(pid_t pid, std::string_view text);
 // Reads /proc/PID/stat. kNotFound once the process is gone (and reaped).
 Result<ProcInfo> read_proc_info(pid_t pid);
 // Field 22 of /proc/PID/stat; nullopt once the process is gone.
