@@ -227,7 +227,15 @@ std::vector<pid_t> ProcessTree::members(const ProcessTable& table) {
 }
 
 bool ProcessTree::contains(pid_t pid) {
-  const auto members_now = members();
+  if (pid <= 1 || pid == ::getpid()) return false;
+  // The common case in a few reads: the leader, or below it or its init, while they are
+  // still the processes launched (the start time rules out a reused pid).
+  for (auto [root, start] : {std::pair(id_.leader, id_.leader_start),
+                             std::pair(id_.init, id_.init_start)}) {
+    if (root <= 0 || process_start_time(root) != start) continue;
+    if (pid == root || is_descendant_of(pid, root)) return true;
+  }
+  const auto members_now = members();  // orphans, the cgroup: a full scan
   return std::find(members_now.begin(), members_now.end(), pid) != members_now.end();
 }
 
