@@ -24,11 +24,9 @@ struct AgentSettings {
   // Slurm's --signal; each gets `signal_grace`.
   std::vector<int> notice_signals;
   Duration signal_grace = std::chrono::seconds(30);
-  std::string drain_file;  // empty: <run_dir>/drain
-  // Standalone `shardguard agent` only: the run directories of local `shardguard run`s to
-  // drain when a notice arrives (each gets the notice's deadline in its drain file).
+  // Standalone `shardguard agent` only: the run directories of local `shardguard run`s that
+  // get every notice (through each run's agent socket).
   std::vector<std::string> run_dirs;
-  Duration drain_grace = std::chrono::seconds(60);
 };
 
 }  // namespace shardguard::agent

@@ -3,12 +3,9 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
-#include <random>
-
 #include "agent/aws_source.h"
 #include "agent/azure_source.h"
 #include "agent/cloud_detect.h"
-#include "agent/drain_source.h"
 #include "agent/gcp_source.h"
 #include "agent/signal_source.h"
 #include "io/http_client.h"
@@ -16,21 +13,13 @@
 namespace shardguard::agent {
 
 struct EmbeddedAgent::Impl {
-  io::EventLoop& loop;
-  const Clock& clock;
-  TimerFactory& timers;
-  Filesystem& fs;
+  io::Deps d;
   AgentSettings settings;
   Duration default_grace;
-  std::string drain_file;
-  std::unique_ptr<io::HttpClient> http;
   std::vector<std::unique_ptr<NoticeSource>> sources;
   NoticeSource::Callback on_notice;
-  std::mt19937_64 rng{std::random_device{}()};
 
-  RandomFn random() {
-    return [this] { return std::uniform_real_distribution<double>(0.0, 1.0)(rng); };
-  }
+  RandomFn random() { return d.random.as_function(); }
 
   void add(std::unique_ptr<NoticeSource> s) {
     s->start(on_notice);
@@ -43,29 +32,26 @@ struct EmbeddedAgent::Impl {
       AwsSourceConfig c;
       if (!st.aws_url.empty()) c.base_url = st.aws_url;
       if (st.poll_interval.count() > 0) c.poll_interval = st.poll_interval;
-      add(std::make_unique<AwsSource>(c, *http, clock, timers, random()));
+      add(std::make_unique<AwsSource>(c, d.http, d.clock, d.timers, random()));
     }
     if (gcp) {
       GcpSourceConfig c;
       if (!st.gcp_url.empty()) c.base_url = st.gcp_url;
-      add(std::make_unique<GcpSource>(c, *http, clock, timers, random()));
+      add(std::make_unique<GcpSource>(c, d.http, d.clock, d.timers, random()));
     }
     if (azure) {
       AzureSourceConfig c;
       if (!st.azure_url.empty()) c.base_url = st.azure_url;
       c.vm_name = st.azure_vm_name.empty() ? azure_vm : st.azure_vm_name;
       if (st.poll_interval.count() > 0) c.poll_interval = st.poll_interval;
-      add(std::make_unique<AzureSource>(c, *http, clock, timers, random()));
+      add(std::make_unique<AzureSource>(c, d.http, d.clock, d.timers, random()));
     }
     for (const auto& s : sources) spdlog::info("agent: watching {}", s->name());
   }
 };
 
-EmbeddedAgent::EmbeddedAgent(io::EventLoop& loop, const Clock& clock, TimerFactory& timers,
-                             Filesystem& fs, AgentSettings settings, Duration default_grace,
-                             std::string drain_file)
-    : impl_(new Impl{loop, clock, timers, fs, std::move(settings), default_grace,
-                     std::move(drain_file), nullptr, {}, {}}) {}
+EmbeddedAgent::EmbeddedAgent(const io::Deps& deps, AgentSettings settings, Duration default_grace)
+    : impl_(new Impl{deps, std::move(settings), default_grace, {}, {}}) {}
 
 EmbeddedAgent::~EmbeddedAgent() { stop(); }
 
@@ -73,17 +59,10 @@ Status EmbeddedAgent::start(NoticeSource::Callback on_notice) {
   Impl& m = *impl_;
   m.on_notice = std::move(on_notice);
   SG_ASSIGN_OR_RETURN(CloudMode mode, parse_cloud_mode(m.settings.clouds));
-  m.http = std::make_unique<io::BeastHttpClient>(m.loop);
-
   SignalSourceConfig sig;
   sig.signals = {{SIGTERM, m.default_grace}, {SIGINT, m.default_grace}};
   for (int s : m.settings.notice_signals) sig.signals.push_back({s, m.settings.signal_grace});
-  m.add(std::make_unique<SignalSource>(sig, m.loop, m.clock));
-
-  DrainSourceConfig drain;
-  drain.path = m.settings.drain_file.empty() ? m.drain_file : m.settings.drain_file;
-  drain.default_grace = m.settings.drain_grace;
-  m.add(std::make_unique<DrainSource>(drain, m.fs, m.clock, m.timers));
+  m.add(std::make_unique<SignalSource>(sig, m.d.loop, m.d.clock));
 
   switch (mode) {
     case CloudMode::kNone: break;
@@ -96,7 +75,7 @@ Status EmbeddedAgent::start(NoticeSource::Callback on_notice) {
       if (!m.settings.gcp_url.empty()) o.gcp_base_url = m.settings.gcp_url;
       if (!m.settings.azure_url.empty()) o.azure_base_url = m.settings.azure_url;
       Impl* p = impl_.get();
-      detect_clouds(*m.http, o, [p](CloudDetection d) {
+      detect_clouds(m.d.http, o, [p](CloudDetection d) {
         for (const auto& note : d.notes) spdlog::info("agent: cloud detection: {}", note);
         if (!d.any()) spdlog::info("agent: no cloud metadata service found");
         p->start_clouds(d.aws, d.gcp, d.azure, d.azure_vm_name);

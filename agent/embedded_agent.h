@@ -1,7 +1,8 @@
 // The node agent as a component: runs the configured notice sources (cloud metadata,
-// signals, the drain file) on the loop and hands every notice to one callback. Embedded in
-// `shardguard run`, where the callback is the supervisor's emergency flow; used alone by
-// `shardguard agent`. Thread-safety: loop thread only.
+// signals) on the loop and hands every notice to one callback, typed (agent/notice.h).
+// Embedded in `shardguard run`, where the callback is the supervisor; used alone by
+// `shardguard agent`. An operator's drain comes through the run's agent socket
+// (agent/agent_channel.h), not through this component. Thread-safety: loop thread only.
 #pragma once
 
 #include <functional>
@@ -11,23 +12,15 @@
 
 #include "agent/agent_config.h"
 #include "agent/notice.h"
-#include "core/clock.h"
-#include "core/filesystem.h"
 #include "core/result.h"
-
-namespace shardguard::io {
-class EventLoop;
-class HttpClient;
-}  // namespace shardguard::io
+#include "io/deps.h"
 
 namespace shardguard::agent {
 
 class EmbeddedAgent {
  public:
-  // `default_grace` is the budget of SIGTERM/SIGINT; `drain_file` is used when the settings
-  // name none.
-  EmbeddedAgent(io::EventLoop& loop, const Clock& clock, TimerFactory& timers, Filesystem& fs,
-                AgentSettings settings, Duration default_grace, std::string drain_file);
+  // `default_grace` is the budget of SIGTERM/SIGINT. Everything in `deps` must outlive it.
+  EmbeddedAgent(const io::Deps& deps, AgentSettings settings, Duration default_grace);
   ~EmbeddedAgent();
 
   // Starts every source (cloud detection first when clouds = "auto").

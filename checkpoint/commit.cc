@@ -165,9 +165,19 @@ Result<Manifest> try_commit_checkpoint(Filesystem& fs, Clock& clock, const Commi
 Result<Manifest> commit_checkpoint(Filesystem& fs, Clock& clock, const CommitOptions& o,
                                    const std::function<void(Duration)>& sleep) {
   const SteadyTime deadline = clock.now() + o.timeout;
+  SteadyTime next_report = clock.now() + o.report_every;
   for (;;) {
     auto r = try_commit_checkpoint(fs, clock, o);
     if (r.ok() || r.error().code() != ErrorCode::kNotFound) return r;
+    if (o.cancelled) {
+      if (auto why = o.cancelled())
+        return Error(ErrorCode::kCancelled,
+                     "commit of step " + std::to_string(o.step) + " abandoned: " + *why);
+    }
+    if (o.on_waiting && clock.now() >= next_report) {
+      o.on_waiting(r.error().message());
+      next_report = clock.now() + o.report_every;
+    }
     if (clock.now() >= deadline)
       return Error(ErrorCode::kTimeout, "commit timed out after " +
                                             std::to_string(std::chrono::duration_cast<

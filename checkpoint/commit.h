@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "checkpoint/manifest.h"
@@ -31,11 +32,18 @@ struct CommitOptions {
   SaveReason reason = SaveReason::kPeriodic;
   Duration timeout = std::chrono::seconds(300);  // for all sidecars to appear
   Duration poll_interval = std::chrono::milliseconds(20);
+  // Asked between polls: a reason stops the wait with kCancelled (another rank's save failed,
+  // the request moved to a later step, the supervisor said stop).
+  std::function<std::optional<std::string>()> cancelled;
+  // Called every `report_every` while waiting, naming the ranks still missing.
+  std::function<void(const std::string& missing)> on_waiting;
+  Duration report_every = std::chrono::seconds(5);
 };
 
 // Waits for the sidecars and commits. kTimeout names the ranks still missing (and why:
 // absent, or from another attempt); kFenced when a newer attempt owns the step; kCorrupt
-// when sidecars disagree or a shard is missing or has the wrong size.
+// when sidecars disagree or a shard is missing or has the wrong size; kCancelled when
+// `cancelled` gave a reason.
 // `sleep` is how the wait passes time (tests pass one that advances a FakeClock).
 Result<Manifest> commit_checkpoint(Filesystem& fs, Clock& clock, const CommitOptions& options,
                                    const std::function<void(Duration)>& sleep = {});

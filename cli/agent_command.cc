@@ -2,17 +2,18 @@
 // training job's supervisor cannot watch the metadata service itself (a container without
 // access to it, a scheduler's prolog): it runs the same notice sources as the agent inside
 // `shardguard run` and, on a notice, prints it as a JSON line, fires the [[hooks]]
-// (preempt_notice), and drains the local runs listed in [agent] run_dirs so that each
-// `shardguard run` checkpoints and stops before the deadline.
+// (preempt_notice), and passes it to the local runs listed in [agent] run_dirs through each
+// run's agent socket, so that each `shardguard run` checkpoints before the deadline.
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
-#include "agent/drain_source.h"
+#include "agent/agent_channel.h"
 #include "agent/embedded_agent.h"
-#include "cli/exit_codes.h"
+#include "cli/production_deps.h"
+#include "core/exit_codes.h"
 #include "cli/run_command.h"
 #include "core/logging.h"
 #include "hooks/lifecycle.h"
@@ -20,6 +21,7 @@
 #include "io/http_client.h"
 #include "io/process.h"
 #include "supervisor/job_config_toml.h"
+#include "supervisor/rank_env.h"
 
 namespace shardguard::cli {
 namespace {
@@ -30,19 +32,15 @@ int run_agent(const std::string& config_path, bool once) {
     std::fprintf(stderr, "shardguard agent: %s\n", cfg.error().message().c_str());
     return kExitUsage;
   }
-  io::EventLoop loop;
-  io::AsioTimerFactory timers(loop);
-  io::PosixProcessLauncher launcher(loop);
-  io::BeastHttpClient http(loop);
-  auto hooks = hooks::LifecycleHooks::create(loop, launcher, http, timers, RealClock::instance(),
-                                             cfg->hooks);
+  ProductionDeps production;
+  const io::Deps& deps = production.deps();
+  auto hooks = hooks::LifecycleHooks::create(deps.loop, deps.launcher, deps.http, deps.timers,
+                                             deps.clock, cfg->hooks);
   if (!hooks.ok()) {
     std::fprintf(stderr, "shardguard agent: hooks: %s\n", hooks.error().message().c_str());
     return kExitUsage;
   }
-  // The agent's own drain file (`shardguard drain --run-dir <run_dir>` of this config).
-  agent::EmbeddedAgent node_agent(loop, RealClock::instance(), timers, PosixFilesystem::instance(),
-                                  cfg->agent, cfg->grace, drain_file_path(cfg->run_dir));
+  agent::EmbeddedAgent node_agent(deps, cfg->agent, cfg->grace);
   bool done = false;
   auto on_notice = [&](const agent::Notice& n) {
     std::printf("{\"source\":\"%s\",\"kind\":\"%s\",\"deadline_unix_ms\":%lld,\"preemption\":%s}\n",
@@ -53,10 +51,9 @@ int run_agent(const std::string& config_path, bool once) {
     (*hooks)->fire("preempt_notice", {{"source", n.source}, {"kind", n.kind},
                                       {"deadline_unix_ms", std::to_string(to_unix_ms(n.deadline))}});
     for (const auto& dir : cfg->agent.run_dirs) {
-      auto st = agent::write_drain_request(PosixFilesystem::instance(), drain_file_path(dir),
-                                           n.deadline, n.source + "-" + n.kind);
-      if (!st.ok()) spdlog::error("agent: drain '{}': {}", dir, st.error().message());
-      else spdlog::warn("agent: drained the run in '{}'", dir);
+      auto state = agent::send_notice(agent::agent_socket_path(supervisor::absolute_path(dir)), n);
+      if (!state.ok()) spdlog::error("agent: run in '{}': {}", dir, state.error().message());
+      else spdlog::warn("agent: the run in '{}' took the notice ({})", dir, *state);
     }
     if (once) done = true;
   };
@@ -65,10 +62,10 @@ int run_agent(const std::string& config_path, bool once) {
     return kExitUsage;
   }
   spdlog::info("agent: running ({} run dir(s) to drain on a notice)", cfg->agent.run_dirs.size());
-  while (!done) loop.run_until([&] { return done; }, std::chrono::hours(24));
+  while (!done) production.loop().run_until([&] { return done; }, std::chrono::hours(24));
   node_agent.stop();
   // Give the hooks a moment to go out.
-  loop.run_for(std::chrono::seconds(2));
+  production.loop().run_for(std::chrono::seconds(2));
   return kExitOk;
 }
 

@@ -14,7 +14,7 @@
 #include "checkpoint/paths.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "core/clock.h"
 #include "core/units.h"
 

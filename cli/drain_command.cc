@@ -1,13 +1,13 @@
 // `shardguard drain --run-dir R [--deadline 60s] [--reason TEXT]`: an operator's "checkpoint
-// and stop" for a running `shardguard run`, through its drain file.
+// and stop" for a running `shardguard run`, sent over its agent socket (agent/agent_channel.h).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 
-#include "agent/drain_source.h"
-#include "cli/exit_codes.h"
-#include "cli/run_command.h"
+#include "agent/agent_channel.h"
+#include "core/exit_codes.h"
 #include "core/units.h"
+#include "supervisor/rank_env.h"
 
 namespace shardguard::cli {
 namespace {
@@ -24,15 +24,20 @@ int drain(const DrainArgs& a) {
     std::fprintf(stderr, "shardguard drain: --deadline: %s\n", within.error().message().c_str());
     return kExitUsage;
   }
-  const std::string path = drain_file_path(a.run_dir);
-  const WallTime deadline = RealClock::instance().wall_now() + *within;
-  if (auto st = agent::write_drain_request(PosixFilesystem::instance(), path, deadline, a.reason);
-      !st.ok()) {
-    std::fprintf(stderr, "shardguard drain: %s\n", st.error().message().c_str());
+  agent::Notice n;
+  n.source = "drain";
+  n.kind = "drain";
+  n.detail = a.reason;
+  n.deadline = RealClock::instance().wall_now() + *within;
+  n.is_preemption = true;
+  const std::string path = agent::agent_socket_path(supervisor::absolute_path(a.run_dir));
+  auto state = agent::send_notice(path, n);
+  if (!state.ok()) {
+    std::fprintf(stderr, "shardguard drain: %s\n", state.error().message().c_str());
     return kExitFailure;
   }
-  std::printf("drain requested: the run in '%s' checkpoints and stops within %s\n",
-              a.run_dir.c_str(), format_duration(*within).c_str());
+  std::printf("drain requested: the run in '%s' checkpoints and stops within %s (now %s)\n",
+              a.run_dir.c_str(), format_duration(*within).c_str(), state->c_str());
   return kExitOk;
 }
 

@@ -7,8 +7,9 @@
 #include <exception>
 
 #include "cli/ckpt_commands.h"
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "cli/run_command.h"
+#include "cli/secret_command.h"
 #include "core/logging.h"
 
 int main(int argc, char** argv) {
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   cli::add_status_command(app, &exit_code);
   cli::add_drain_command(app, &exit_code);
   cli::add_agent_command(app, &exit_code);
+  cli::add_secret_command(app, &exit_code);
 
   // Logging is set up before any subcommand callback runs.
   app.parse_complete_callback([&] {

@@ -5,13 +5,16 @@
 
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
-#include <random>
+#include <unistd.h>
 
-#include "cli/exit_codes.h"
+#include <filesystem>
+
+#include "cli/production_deps.h"
+#include "core/exit_codes.h"
 #include "io/event_loop.h"
 #include "io/http_server.h"
 #include "io/process.h"
+#include "agent/agent_channel.h"
 #include "agent/embedded_agent.h"
 #include "agent/health/health_setup.h"
 #include "hooks/lifecycle.h"
@@ -73,19 +76,13 @@ int run(const RunArgs& a) {
   if (auto st = io::become_child_subreaper(); !st.ok())
     spdlog::warn("cannot become a subreaper ({}); orphaned grandchildren may escape teardown",
                  st.error().message());
-  io::EventLoop loop;
-  io::AsioTimerFactory timers(loop);
-  io::PosixProcessLauncher launcher(loop);
-  std::mt19937_64 rng{std::random_device{}()};
-  std::uniform_real_distribution<double> uniform(0.0, 1.0);
-  supervisor::SupervisorDeps deps{loop, RealClock::instance(), timers, launcher,
-                                  PosixFilesystem::instance(), [&] { return uniform(rng); }};
+  ProductionDeps production;
+  const io::Deps& deps = production.deps();
   supervisor::Supervisor sup(deps, *cfg);
 
   // The job's [[hooks]]: commands and webhooks on lifecycle events, never blocking the loop.
-  io::BeastHttpClient hook_http(loop);
-  auto hooks = hooks::LifecycleHooks::create(loop, launcher, hook_http, timers,
-                                             RealClock::instance(), cfg->hooks);
+  auto hooks = hooks::LifecycleHooks::create(deps.loop, deps.launcher, deps.http, deps.timers,
+                                             deps.clock, cfg->hooks);
   if (!hooks.ok()) {
     std::fprintf(stderr, "shardguard run: hooks: %s\n", hooks.error().message().c_str());
     return kExitUsage;
@@ -94,36 +91,25 @@ int run(const RunArgs& a) {
     (*hooks)->fire(event, std::move(fields));
   });
 
-  // A drain request left from an earlier run (it ended, the file stayed) is not for us.
-  const std::string drain_file = cfg->agent.drain_file.empty() ? drain_file_path(cfg->run_dir)
-                                                               : cfg->agent.drain_file;
-  if (auto exists = PosixFilesystem::instance().exists(drain_file); exists.ok() && *exists) {
-    spdlog::warn("removing a drain request left by an earlier run: {}", drain_file);
-    (void)PosixFilesystem::instance().remove(drain_file);
-  }
-
   // The embedded agent: SIGTERM (Kubernetes, Slurm GraceTime), SIGINT (a person), the
-  // configured notice signals (Slurm --signal), the drain file and cloud notices all become
-  // "checkpoint, then stop"; advisories become an extra checkpoint.
-  agent::EmbeddedAgent node_agent(loop, RealClock::instance(), timers, PosixFilesystem::instance(),
-                                  cfg->agent, cfg->grace, drain_file_path(cfg->run_dir));
-  std::optional<agent::Notice> last_notice;
-  auto on_notice = [&](const agent::Notice& n) {
-    std::string reason = n.source == "signal" ? n.kind : n.source + "-" + n.kind;
-    if (n.source == "drain") reason = n.detail.empty() ? "drain" : "drain: " + n.detail;
-    if (!n.is_preemption) return sup.request_checkpoint(reason);
-    last_notice = n;
-    sup.request_stop({reason, n.deadline, true});
-  };
-  sup.set_on_emergency_committed([&](uint64_t) {
-    if (last_notice) node_agent.acknowledge(*last_notice);
-  });
+  // configured notice signals (Slurm --signal) and cloud notices, typed, to the supervisor.
+  agent::EmbeddedAgent node_agent(deps, cfg->agent, cfg->grace);
+  sup.set_on_acknowledge([&](const agent::Notice& n) { node_agent.acknowledge(n); });
+
+  // The agent socket: `shardguard drain` and the standalone `shardguard agent` (root).
+  agent::AgentSocketServer agent_socket(
+      deps.loop, agent::agent_socket_path(supervisor::absolute_path(cfg->run_dir)), ::getuid(),
+      [&](const agent::Notice& n) -> Result<std::string> {
+        if (sup.finished()) return Error(ErrorCode::kInvalid, "the run has finished");
+        sup.notice(n);
+        return sup.state();
+      });
 
   // Prometheus metrics, on loopback unless SHARDGUARD_METRICS_ADDRESS says otherwise.
   std::unique_ptr<io::HttpServer> metrics;
   if (cfg->metrics_port != 0) {
     const char* addr = std::getenv("SHARDGUARD_METRICS_ADDRESS");
-    metrics = std::make_unique<io::HttpServer>(loop, addr ? addr : "127.0.0.1", cfg->metrics_port);
+    metrics = std::make_unique<io::HttpServer>(deps.loop, addr ? addr : "127.0.0.1", cfg->metrics_port);
     metrics->handle("/metrics", [&] { return io::HttpReply{200, "text/plain; version=0.0.4", sup.metrics_text()}; });
     if (auto st = metrics->start(); !st.ok()) {
       std::fprintf(stderr, "shardguard run: metrics: %s\n", st.error().message().c_str());
@@ -136,13 +122,15 @@ int run(const RunArgs& a) {
     std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
     return kExitFailure;
   }
+  if (auto st = agent_socket.start(); !st.ok()) {
+    std::fprintf(stderr, "shardguard run: agent socket: %s\n", st.error().message().c_str());
+    return kExitFailure;
+  }
   // Node health: a fatal finding (a GPU fell off the bus, uncorrectable ECC, disk full)
   // stops the job with an emergency checkpoint so the scheduler moves it.
   agent::HealthSettings health = cfg->node_health;
   if (health.checkpoint_dir.empty()) health.checkpoint_dir = cfg->checkpoint_dir;
-  auto monitor = agent::make_health_monitor(
-      health, {loop, RealClock::instance(), timers, PosixFilesystem::instance(), launcher,
-               [&] { return uniform(rng); }});
+  auto monitor = agent::make_health_monitor(health, deps);
   if (monitor && health.enabled) {
     monitor->start(
         [&](const std::vector<agent::HealthFinding>& evidence) {
@@ -153,22 +141,21 @@ int run(const RunArgs& a) {
         [] { spdlog::info("node healthy again"); });
   }
 
-  if (auto st = node_agent.start(on_notice); !st.ok()) {
+  if (auto st = node_agent.start([&](const agent::Notice& n) { sup.notice(n); }); !st.ok()) {
     std::fprintf(stderr, "shardguard run: agent: %s\n", st.error().message().c_str());
-    sup.request_stop({"agent-failed", RealClock::instance().wall_now(), false});
+    sup.report_unhealthy("the node agent could not start: " + st.error().message());
   }
-  while (!sup.finished()) loop.run_until([&] { return sup.finished(); }, std::chrono::hours(24));
+  while (!sup.finished()) production.loop().run_until([&] { return sup.finished(); }, std::chrono::hours(24));
+  // Let the last teardown's kills and the finish hooks go out.
+  production.loop().run_for(std::chrono::milliseconds(50));
   node_agent.stop();
+  agent_socket.stop();
   if (monitor) monitor->stop();
   if (metrics) metrics->stop();
   return sup.exit_code();
 }
 
 }  // namespace
-
-std::string drain_file_path(const std::string& run_dir) {
-  return supervisor::absolute_path(run_dir) + "/drain";
-}
 
 void add_run_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<RunArgs>();

@@ -13,8 +13,6 @@ namespace shardguard::cli {
 void add_run_command(CLI::App& app, int* exit_code);
 void add_drain_command(CLI::App& app, int* exit_code);
 void add_agent_command(CLI::App& app, int* exit_code);
-// Where `shardguard drain` leaves its request for the run in `run_dir`.
-std::string drain_file_path(const std::string& run_dir);
 void add_status_command(CLI::App& app, int* exit_code);
 
 }  // namespace shardguard::cli

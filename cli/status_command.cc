@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <ctime>
 
-#include "cli/exit_codes.h"
+#include "core/exit_codes.h"
 #include "cli/run_command.h"
 #include "core/filesystem.h"
 #include "supervisor/event_log.h"

@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "checkpoint/catalog.h"
@@ -45,6 +45,8 @@ std::string strip_newline(std::string line) {
 
 struct Client::Impl {
   ClientOptions opt;
+  Clock& clock;
+  Filesystem& fs;
   std::optional<io::UnixSocketClient> socket;
   std::mutex send_mu;
   std::thread reader;
@@ -54,12 +56,17 @@ struct Client::Impl {
 
   mutable std::mutex mu;
   Schedule schedule;
-  std::optional<EmergencyRequest> emergency;   // from checkpoint_now or the signal
-  std::optional<uint64_t> periodic_at_step;    // checkpoint_now{reason: periodic}
+  // The supervisor's current request, emergency or not; replaced by a later one.
+  std::optional<CheckpointNow> request;
+  // The emergency of a signal outside shardguard (no supervisor to choose the step).
+  std::optional<EmergencyRequest> local_emergency;
+  bool request_passed = false;      // told the supervisor we are past request->at_step
+  std::set<uint64_t> aborted;       // steps whose commit will not happen
   bool stop_requested = false;
   bool exit_ready = false;
   uint64_t last_committed = 0;
   uint64_t last_step = 0;
+  std::optional<uint64_t> last_checked;  // the last step given to should_checkpoint
   SteadyTime last_heartbeat{};
 
   // Async saves.
@@ -67,11 +74,32 @@ struct Client::Impl {
   std::thread saver;
   std::optional<Status> save_result;
 
+  Impl(ClientOptions o)
+      : opt(std::move(o)),
+        clock(opt.deps.clock ? *opt.deps.clock : RealClock::instance()),
+        fs(opt.deps.fs ? *opt.deps.fs : PosixFilesystem::instance()) {}
+
   void send(const JobMessage& m) {
     if (!socket) return;
     std::lock_guard lock(send_mu);
     auto st = socket->send_line(strip_newline(encode(m)));
     if (!st.ok()) spdlog::warn("shardguard client: {}", st.error().message());
+  }
+
+  void on_request(const CheckpointNow& c) {
+    std::optional<uint64_t> passed;
+    {
+      std::lock_guard lock(mu);
+      request = c;
+      request_passed = false;
+      // Already evaluated at_step without saving it: the supervisor must pick another step
+      // for every rank; saving a later step alone would split the checkpoint.
+      if (last_checked && *last_checked >= c.at_step) {
+        request_passed = true;
+        passed = *last_checked;
+      }
+    }
+    if (passed) send(Passed{*passed});
   }
 
   void read_loop() {
@@ -88,17 +116,17 @@ struct Client::Impl {
         spdlog::warn("shardguard client: bad message from agent: {}", msg.error().message());
         continue;
       }
+      if (auto* c = std::get_if<CheckpointNow>(&*msg)) {
+        on_request(*c);
+        continue;
+      }
       std::lock_guard lock(mu);
       if (auto* s = std::get_if<Schedule>(&*msg)) {
         schedule = *s;
-      } else if (auto* c = std::get_if<CheckpointNow>(&*msg)) {
-        // Periodic and advisory requests are plain saves; anything else is an emergency.
-        if (c->reason == "periodic" || c->reason.rfind("advisory:", 0) == 0)
-          periodic_at_step = c->at_step;
-        else
-          emergency = EmergencyRequest{from_unix_ms(c->deadline_unix_ms), c->reason, c->at_step};
-      } else if (auto* s = std::get_if<Stop>(&*msg)) {
-        (void)s;
+      } else if (auto* a = std::get_if<AbortSave>(&*msg)) {
+        aborted.insert(a->step);
+        spdlog::warn("shardguard client: the save of step {} is abandoned: {}", a->step, a->reason);
+      } else if (std::get_if<Stop>(&*msg) != nullptr) {
         stop_requested = true;
       } else if (auto* e = std::get_if<ErrorReply>(&*msg)) {
         spdlog::warn("shardguard client: agent says: {}", e->message);
@@ -106,16 +134,36 @@ struct Client::Impl {
     }
   }
 
-  // Waits until the manifest of `step` exists or the deadline passes.
-  bool wait_for_manifest(uint64_t step, WallTime deadline) {
+  // Why a save of `step` must stop waiting, if it must.
+  std::optional<std::string> cancelled(uint64_t step) const {
+    std::lock_guard lock(mu);
+    if (stop_requested) return std::string("the supervisor said stop");
+    if (aborted.contains(step)) return std::string("another rank's save of this step failed");
+    if (request && request->kind == RequestKind::kEmergency && request->at_step > step)
+      return "every rank now saves step " + std::to_string(request->at_step);
+    return std::nullopt;
+  }
+
+  bool emergency_for(uint64_t step) const {
+    std::lock_guard lock(mu);
+    if (local_emergency && step >= local_emergency->at_step) return true;
+    return request && request->kind == RequestKind::kEmergency && step >= request->at_step;
+  }
+
+  // Waits until the manifest of `step` exists, the deadline passes, or the wait is cancelled.
+  Status wait_for_manifest(uint64_t step, WallTime deadline) {
     const std::string manifest = join_path(
         join_path(opt.checkpoint_dir, checkpoint::step_dir_name(step)),
         std::string(checkpoint::kManifestName));
-    while (RealClock::instance().wall_now() < deadline) {
-      if (::access(manifest.c_str(), F_OK) == 0) return true;
+    while (clock.wall_now() < deadline) {
+      if (auto exists = fs.exists(manifest); exists.ok() && *exists) return {};
+      if (auto why = cancelled(step))
+        return Error(ErrorCode::kCancelled,
+                     "emergency checkpoint of step " + std::to_string(step) + " abandoned: " + *why);
       std::this_thread::sleep_for(20ms);
     }
-    return false;
+    return Error(ErrorCode::kTimeout, "emergency checkpoint of step " + std::to_string(step) +
+                                          " not committed by rank 0 before the deadline");
   }
 
   // finish() + (rank 0) commit + report. Runs on the training thread or the save thread.
@@ -124,7 +172,8 @@ struct Client::Impl {
     const uint64_t step = writer.options().step;
     auto sidecar = writer.finish();
     if (!sidecar.ok()) {
-      send(CheckpointFailed{step, sidecar.error().message()});
+      send(CheckpointFailed{step, sidecar.error().message(),
+                            sidecar.error().code() == ErrorCode::kNoSpace});
       return std::move(sidecar).error();
     }
     if (opt.rank == 0) {
@@ -136,21 +185,24 @@ struct Client::Impl {
       c.world_size = opt.world_size;
       c.reason = reason.value_or(emergency_save ? checkpoint::SaveReason::kEmergency
                                                 : checkpoint::SaveReason::kPeriodic);
-      c.timeout = emergency_save ? std::max<Duration>(
-                                       deadline - RealClock::instance().wall_now(), 1s)
+      c.timeout = emergency_save ? std::max<Duration>(deadline - clock.wall_now(), 1s)
                                  : opt.commit_timeout;
-      auto m = checkpoint::commit_checkpoint(PosixFilesystem::instance(), RealClock::instance(), c);
+      c.cancelled = [this, step] { return cancelled(step); };
+      c.on_waiting = [step](const std::string& missing) {
+        spdlog::warn("shardguard client: the commit of step {} is still waiting: {}", step, missing);
+      };
+      auto m = checkpoint::commit_checkpoint(fs, clock, c);
       if (!m.ok()) {
-        send(CheckpointFailed{step, m.error().message()});
+        if (m.error().code() != ErrorCode::kCancelled)
+          send(CheckpointFailed{step, m.error().message(), m.error().code() == ErrorCode::kNoSpace});
         return std::move(m).error();
       }
       const std::string manifest = join_path(
           join_path(opt.checkpoint_dir, checkpoint::step_dir_name(step)),
           std::string(checkpoint::kManifestName));
       send(CheckpointCommitted{step, manifest});
-    } else if (emergency_save && !wait_for_manifest(step, deadline)) {
-      return Error(ErrorCode::kTimeout, "emergency checkpoint of step " + std::to_string(step) +
-                                            " not committed by rank 0 before the deadline");
+    } else if (emergency_save) {
+      SG_RETURN_IF_ERROR(wait_for_manifest(step, deadline));
     }
     std::lock_guard lock(mu);
     last_committed = std::max(last_committed, step);
@@ -181,8 +233,7 @@ Result<std::unique_ptr<Client>> Client::from_env(ClientOptions defaults) {
 Result<std::unique_ptr<Client>> Client::create(ClientOptions opt) {
   if (opt.checkpoint_dir.empty())
     return Error(ErrorCode::kInvalid, "client: no checkpoint directory given");
-  auto impl = std::make_unique<Impl>();
-  impl->opt = std::move(opt);
+  auto impl = std::make_unique<Impl>(std::move(opt));
   impl->schedule.every_steps = impl->opt.every_steps;
   if (!impl->opt.control_socket.empty()) {
     auto sock = io::UnixSocketClient::connect(impl->opt.control_socket);
@@ -205,8 +256,7 @@ std::optional<std::string> Client::resume_manifest() const {
   const auto& o = impl_->opt;
   if (!o.resume_manifest.empty()) return o.resume_manifest;
   if (o.under_shardguard) return std::nullopt;  // the supervisor said: fresh start
-  auto latest = checkpoint::latest_complete(PosixFilesystem::instance(), o.checkpoint_dir,
-                                            checkpoint::Verify::kSize);
+  auto latest = checkpoint::latest_complete(impl_->fs, o.checkpoint_dir, checkpoint::Verify::kSize);
   if (!latest.ok()) return std::nullopt;
   return join_path(latest->dir, std::string(checkpoint::kManifestName));
 }
@@ -214,11 +264,18 @@ std::optional<std::string> Client::resume_manifest() const {
 Result<checkpoint::CheckpointReader> Client::open_resume() const {
   auto manifest = resume_manifest();
   if (!manifest) return Error(ErrorCode::kNotFound, "no checkpoint to resume from");
-  return checkpoint::CheckpointReader::open(PosixFilesystem::instance(), *manifest);
+  return checkpoint::CheckpointReader::open(impl_->fs, *manifest);
+}
+
+void Client::report_resume_failure(const Error& error) {
+  ResumeFailed msg;
+  msg.manifest = resume_manifest().value_or("");
+  msg.error = error.message();
+  impl_->send(msg);
 }
 
 void Client::heartbeat(uint64_t step) {
-  const auto now = RealClock::instance().now();
+  const auto now = impl_->clock.now();
   {
     std::lock_guard lock(impl_->mu);
     impl_->last_step = step;
@@ -229,34 +286,47 @@ void Client::heartbeat(uint64_t step) {
 }
 
 bool Client::should_checkpoint(uint64_t step) {
-  if (g_signal_seen.exchange(false)) {
-    // The agent sends checkpoint_now before the signal: give the reader a moment to see it.
-    const auto until = RealClock::instance().now() + 200ms;
-    while (impl_->socket && RealClock::instance().now() < until) {
-      {
-        std::lock_guard lock(impl_->mu);
-        if (impl_->emergency) break;
+  Impl& m = *impl_;
+  if (g_signal_seen.exchange(false) && !m.socket) {
+    // Outside shardguard nobody else will choose a step: save the one at hand.
+    std::lock_guard lock(m.mu);
+    if (!m.local_emergency)
+      m.local_emergency = EmergencyRequest{m.clock.wall_now() + 30s, "signal", step};
+  }
+  // Under shardguard a signal needs nothing here: the supervisor sends checkpoint_now (before
+  // the signal) with the step every rank saves.
+  bool save = false;
+  {
+    std::lock_guard lock(m.mu);
+    m.last_checked = step;
+    if (m.exit_ready || m.stop_requested) return false;
+    if (m.local_emergency && step >= m.local_emergency->at_step) return true;
+    if (m.request && !m.request_passed) {
+      if (step >= m.request->at_step) {
+        save = true;
+        if (m.request->kind != RequestKind::kEmergency) m.request.reset();
       }
-      std::this_thread::sleep_for(5ms);
     }
-    std::lock_guard lock(impl_->mu);
-    if (!impl_->emergency)  // a signal alone: save the step at hand
-      impl_->emergency = EmergencyRequest{RealClock::instance().wall_now() + 30s, "signal", step};
+    if (!save)
+      save = m.schedule.every_steps > 0 && step > 0 && step % m.schedule.every_steps == 0 &&
+             step > m.last_committed;
   }
-  std::lock_guard lock(impl_->mu);
-  if (impl_->exit_ready) return false;
-  if (impl_->emergency && step >= impl_->emergency->at_step) return true;
-  if (impl_->periodic_at_step && step >= *impl_->periodic_at_step) {
-    impl_->periodic_at_step.reset();
-    return true;
-  }
-  return impl_->schedule.every_steps > 0 && step > 0 && step % impl_->schedule.every_steps == 0 &&
-         step > impl_->last_committed;
+  return save;
 }
 
 std::optional<EmergencyRequest> Client::emergency() const {
   std::lock_guard lock(impl_->mu);
-  return impl_->emergency;
+  if (impl_->local_emergency) return impl_->local_emergency;
+  if (impl_->request && impl_->request->kind == RequestKind::kEmergency)
+    return EmergencyRequest{from_unix_ms(impl_->request->deadline_unix_ms), impl_->request->reason,
+                            impl_->request->at_step};
+  return std::nullopt;
+}
+
+std::optional<uint64_t> Client::requested_step() const {
+  std::lock_guard lock(impl_->mu);
+  if (!impl_->request || impl_->request_passed) return std::nullopt;
+  return impl_->request->at_step;
 }
 
 void Client::notify_signal() { g_signal_seen.store(true); }
@@ -275,31 +345,30 @@ checkpoint::ShardWriter Client::begin_save(uint64_t step) {
   w.rank = impl_->opt.rank;
   w.world_size = impl_->opt.world_size;
   w.io_threads = impl_->opt.io_threads;
-  return checkpoint::ShardWriter(PosixFilesystem::instance(), w);
+  return checkpoint::ShardWriter(impl_->fs, w);
 }
 
 Status Client::save(checkpoint::ShardWriter writer, std::optional<checkpoint::SaveReason> reason) {
   Impl& m = *impl_;
   const uint64_t step = writer.options().step;
-  std::optional<EmergencyRequest> emergency;
-  {
-    std::lock_guard lock(m.mu);
-    if (m.emergency && step >= m.emergency->at_step) emergency = m.emergency;
-  }
+  const bool emergency = m.emergency_for(step);
   // One save in flight at a time; its failure was reported already.
   if (auto previous = wait(); !previous.ok())
     spdlog::warn("shardguard client: previous save failed: {}", previous.error().message());
   m.send(CheckpointBegin{step});
   if (!m.opt.async || emergency) {
-    const WallTime deadline = emergency ? emergency->deadline
-                                        : RealClock::instance().wall_now() + m.opt.commit_timeout;
-    Status st = m.persist(std::move(writer), emergency.has_value(), deadline, reason);
+    WallTime deadline = m.clock.wall_now() + m.opt.commit_timeout;
+    if (emergency) {
+      if (auto e = this->emergency()) deadline = e->deadline;
+    }
+    Status st = m.persist(std::move(writer), emergency, deadline, reason);
     m.send(Heartbeat{step});  // the save is over: this rank is not stuck in it
     return st;
   }
   auto copied = writer.snapshot(m.staging);
   if (!copied.ok()) {
-    m.send(CheckpointFailed{step, copied.error().message()});
+    m.send(CheckpointFailed{step, copied.error().message(),
+                            copied.error().code() == ErrorCode::kNoSpace});
     return std::move(copied).error();
   }
   m.save_result.reset();

@@ -26,13 +26,18 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/writer.h"
 #include "core/clock.h"
+#include "core/exit_codes.h"
+#include "core/filesystem.h"
 #include "core/result.h"
 
 namespace shardguard::hooks {
 
-// What a job exits with after an emergency checkpoint: EX_TEMPFAIL, "try again", so that
-// a supervisor or scheduler that sees only the exit code still requeues it.
-inline constexpr int kJobExitAfterEmergency = 75;
+// The side effects the client uses: its own default bundle (the real clock and filesystem),
+// replaced in tests.
+struct ClientDeps {
+  Clock* clock = nullptr;    // nullptr: RealClock
+  Filesystem* fs = nullptr;  // nullptr: PosixFilesystem
+};
 
 struct ClientOptions {
   std::string job_id = "local";
@@ -48,7 +53,8 @@ struct ClientOptions {
   uint64_t every_steps = 0;      // periodic checkpoints without an agent (0: off)
   bool async = false;            // save() returns after the snapshot; the write goes on
   int io_threads = 4;
-  Duration commit_timeout = std::chrono::minutes(10);
+  Duration commit_timeout = std::chrono::minutes(10);  // SHARDGUARD_COMMIT_TIMEOUT_MS
+  ClientDeps deps;
 };
 
 struct EmergencyRequest {
@@ -75,15 +81,27 @@ class Client {
 
   // Tells the agent this rank reached `step` (at most one message per 100 ms).
   void heartbeat(uint64_t step);
-  // True when this step must be saved: the periodic schedule, or an emergency (signal or
-  // checkpoint_now) whose at_step has been reached.
+  // True when this step must be saved: the periodic schedule, or a request of the supervisor
+  // (checkpoint_now) whose at_step has been reached. Under shardguard the supervisor picks
+  // the step of every save it asks for; a rank that was already past it when the request
+  // came says so (`passed`) and gets a later one. Outside shardguard the checkpoint signal
+  // saves the step at hand. Call it once per step, with steps in increasing order.
   bool should_checkpoint(uint64_t step);
   std::optional<EmergencyRequest> emergency() const;
+  // The step the supervisor's latest checkpoint request names (emergency or not), until it is
+  // saved; nullopt when none is pending or this rank reported it passed it.
+  std::optional<uint64_t> requested_step() const;
   // For hosts that catch the checkpoint signal themselves (Python's signal module): the
   // same as the signal arriving. The flag is process-wide, as the signal is.
   void notify_signal();
-  // True once an emergency checkpoint is committed or the agent said stop: exit cleanly.
+  // True once an emergency checkpoint is committed or the agent said stop: exit cleanly
+  // (with shardguard::kJobExitAfterEmergency, 75, after an emergency checkpoint).
   bool should_exit() const;
+  // Tells the supervisor that the resume checkpoint failed verification (`error` from the
+  // reader: a block checksum mismatch names the file and offset). Exit with
+  // shardguard::kJobExitResumeFailed afterwards: the supervisor sets the checkpoint aside
+  // and relaunches from the previous one.
+  void report_resume_failure(const Error& error);
 
   // A writer for this rank's part of `step`, with job, attempt, rank and world filled in.
   checkpoint::ShardWriter begin_save(uint64_t step);
@@ -91,6 +109,9 @@ class Client {
   // reports begin / committed / failed to the agent. In an emergency it returns once the
   // checkpoint is committed (every rank waits for the manifest, up to the deadline).
   // `reason` overrides periodic/emergency (e.g. kFinal for the last step).
+  // kCancelled: the save was abandoned because another rank's save of that step failed, the
+  // supervisor moved the request to a later step, or it said stop: keep training (or exit
+  // if should_exit()); nothing is lost that the next save does not write.
   Status save(checkpoint::ShardWriter writer,
               std::optional<checkpoint::SaveReason> reason = std::nullopt);
   // Waits for a background save; returns its result.

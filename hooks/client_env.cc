@@ -71,6 +71,14 @@ Result<ClientOptions> options_from_env(ClientOptions o) {
     SG_ASSIGN_OR_RETURN(o.checkpoint_signal, parse_signal_name(v));
   }
   SG_ASSIGN_OR_RETURN(o.every_steps, env_u64("SHARDGUARD_CHECKPOINT_EVERY_STEPS", o.every_steps));
+  // The job's [checkpoint] commit_timeout, set by the supervisor.
+  SG_ASSIGN_OR_RETURN(uint64_t commit_ms,
+                      env_u64("SHARDGUARD_COMMIT_TIMEOUT_MS",
+                              static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                        o.commit_timeout)
+                                                        .count())));
+  if (commit_ms == 0) return Error(ErrorCode::kInvalid, "SHARDGUARD_COMMIT_TIMEOUT_MS must be positive");
+  o.commit_timeout = std::chrono::milliseconds(commit_ms);
   if (o.checkpoint_dir.empty())
     return Error(ErrorCode::kInvalid,
                  "no checkpoint directory: set SHARDGUARD_CHECKPOINT_DIR or pass one in code");

@@ -38,20 +38,7 @@ struct ControlServer::Impl {
       reply_error(id, msg.error().message());
       return;
     }
-    if (auto* h = std::get_if<Hello>(&*msg)) {
-      // A connection that re-introduces itself as another rank gives up the old one.
-      if (auto old = rank_of.find(id); old != rank_of.end() && old->second != h->rank) {
-        conn_of.erase(old->second);
-        ranks[old->second].connected = false;
-      }
-      RankStatus& r = ranks[h->rank];
-      r = RankStatus{h->rank, h->pid, h->attempt, 0, SteadyTime{}, true, std::nullopt};
-      rank_of[id] = h->rank;
-      conn_of[h->rank] = id;
-      send(id, schedule);
-      if (opt.events.on_hello) opt.events.on_hello(r);
-      return;
-    }
+    if (auto* h = std::get_if<Hello>(&*msg)) return on_hello(id, *h);
     auto it = rank_of.find(id);
     if (it == rank_of.end()) {
       reply_error(id, std::string(message_type(*msg)) + " before hello");
@@ -73,7 +60,30 @@ struct ControlServer::Impl {
     } else if (auto* f = std::get_if<CheckpointFailed>(&*msg)) {
       r.saving.reset();
       if (opt.events.on_failed) opt.events.on_failed(r.rank, f->step, f->error);
+    } else if (auto* p = std::get_if<Passed>(&*msg)) {
+      if (opt.events.on_passed) opt.events.on_passed(r.rank, p->step);
+    } else if (auto* rf = std::get_if<ResumeFailed>(&*msg)) {
+      if (opt.events.on_resume_failed) opt.events.on_resume_failed(r.rank, *rf);
     }
+  }
+
+  // The connection stays open but speaks for no rank: everything it sends is refused.
+  void refuse(io::ConnectionId id, const std::string& problem) { reply_error(id, problem); }
+
+  void on_hello(io::ConnectionId id, const Hello& h) {
+    if (rank_of.contains(id)) return refuse(id, "a connection speaks for one rank: hello again");
+    if (auto it = conn_of.find(h.rank); it != conn_of.end())
+      return refuse(id, "rank " + std::to_string(h.rank) + " is already connected");
+    if (opt.admit) {
+      if (auto st = opt.admit(h, std::nullopt); !st.ok())
+        return refuse(id, "hello refused: " + st.error().message());
+    }
+    RankStatus& r = ranks[h.rank];
+    r = RankStatus{h.rank, h.pid, h.attempt, 0, SteadyTime{}, true, std::nullopt};
+    rank_of[id] = h.rank;
+    conn_of[h.rank] = id;
+    send(id, schedule);
+    if (opt.events.on_hello) opt.events.on_hello(r);
   }
 
   void on_disconnect(io::ConnectionId id) {
@@ -105,6 +115,22 @@ ControlServer::~ControlServer() = default;
 
 Status ControlServer::start() { return impl_->server->start(); }
 void ControlServer::stop() { impl_->server->stop(); }
+
+Status ControlServer::send_to(uint32_t rank, const AgentMessage& message) {
+  auto it = impl_->conn_of.find(rank);
+  if (it == impl_->conn_of.end())
+    return Error(ErrorCode::kNotFound, "rank " + std::to_string(rank) + " is not connected");
+  impl_->send(it->second, message);
+  return {};
+}
+
+void ControlServer::reset_ranks() {
+  auto conns = impl_->conn_of;
+  impl_->conn_of.clear();
+  impl_->rank_of.clear();
+  impl_->ranks.clear();
+  for (const auto& [rank, id] : conns) impl_->server->close(id);
+}
 
 size_t ControlServer::send_all(const AgentMessage& message) {
   size_t n = 0;

@@ -1,7 +1,13 @@
 // The agent side of the control protocol: accepts the local ranks on the Unix socket,
 // parses their messages strictly (a bad line gets an `error` reply, the connection stays;
 // an over-long line closes it), keeps each rank's last step and heartbeat time, and sends
-// `schedule`, `checkpoint_now` and `stop` to every rank.
+// `schedule`, `checkpoint_now`, `abort_save` and `stop` to every rank or to one.
+//
+// Identity: one connection per rank. A hello is admitted by an injected policy (the
+// supervisor binds it to a process it launched, its epoch and its job; tests whose own
+// process is the client accept all); a hello for a rank that already has a live connection is
+// refused (an error reply; that connection then speaks for no rank), so nobody can take over
+// a rank's broadcasts.
 // Thread-safety: loop thread only (callbacks run there too); post() from other threads.
 #pragma once
 
@@ -39,14 +45,21 @@ struct ControlEvents {
   std::function<void(uint32_t rank, uint64_t step)> on_checkpoint_begin;
   std::function<void(uint32_t rank, uint64_t step, const std::string& manifest)> on_committed;
   std::function<void(uint32_t rank, uint64_t step, const std::string& error)> on_failed;
+  std::function<void(uint32_t rank, uint64_t step)> on_passed;
+  std::function<void(uint32_t rank, const ResumeFailed&)> on_resume_failed;
   std::function<void(uint32_t rank)> on_disconnect;  // after hello only
   std::function<void(const std::string& problem)> on_protocol_error;
 };
+
+// Decides whether `hello` may speak for its rank on a connection from `peer_pid` (the peer's
+// pid from SO_PEERCRED, when the platform gives one). A refusal is answered with an error.
+using AdmitPolicy = std::function<Status(const Hello& hello, std::optional<pid_t> peer_pid)>;
 
 struct ControlServerOptions {
   std::string socket_path;
   std::optional<uid_t> allowed_uid;  // nullopt: this process's uid
   ControlEvents events;
+  AdmitPolicy admit;  // empty: every hello is admitted
 };
 
 class ControlServer {
@@ -58,6 +71,10 @@ class ControlServer {
   void stop();
   // Sends to every rank that said hello; returns how many.
   size_t send_all(const AgentMessage& message);
+  // Sends to one rank; kNotFound when it has no connection.
+  Status send_to(uint32_t rank, const AgentMessage& message);
+  // Closes every rank's connection and forgets them (a new epoch begins).
+  void reset_ranks();
   // Sent to each rank right after its hello, and to all now.
   void set_schedule(const Schedule& schedule);
   const std::map<uint32_t, RankStatus>& ranks() const;

@@ -2,6 +2,8 @@
 
 #include <boost/json.hpp>
 
+#include "checkpoint/strict_json.h"
+
 #include <set>
 
 namespace shardguard::hooks {
@@ -44,6 +46,11 @@ class Reader {
     if (!v->is_string()) return wrong(key, "a string");
     return std::string(v->get_string());
   }
+  Result<bool> boolean(std::string_view key) {
+    SG_ASSIGN_OR_RETURN(auto v, get(key));
+    if (!v->is_bool()) return wrong(key, "true or false");
+    return v->get_bool();
+  }
   Result<uint32_t> u32(std::string_view key) {
     SG_ASSIGN_OR_RETURN(uint64_t v, u64(key));
     if (v > UINT32_MAX) return wrong(key, "a 32-bit integer");
@@ -85,9 +92,10 @@ Result<std::pair<json::object, std::string>> envelope(std::string_view text) {
     return Error(ErrorCode::kInvalid, "line of " + std::to_string(text.size()) +
                                           " bytes exceeds the limit of " +
                                           std::to_string(kMaxLineBytes));
-  boost::system::error_code ec;
-  json::value v = json::parse(text, ec);
-  if (ec) return Error(ErrorCode::kInvalid, "not JSON: " + ec.message());
+  // Strict: a repeated key must not let two readers see two different messages.
+  auto parsed = checkpoint::parse_json_strict(text);
+  if (!parsed.ok()) return Error(ErrorCode::kInvalid, "not JSON: " + parsed.error().message());
+  json::value v = std::move(*parsed);
   if (!v.is_object()) return Error(ErrorCode::kInvalid, "not a JSON object");
   auto& o = v.get_object();
   auto ver = o.find("v");
@@ -113,20 +121,40 @@ Result<T> finish(Reader& r, F&& build) {
   return value;
 }
 
+Result<RequestKind> parse_kind(std::string_view s) {
+  if (s == "emergency") return RequestKind::kEmergency;
+  if (s == "periodic") return RequestKind::kPeriodic;
+  if (s == "advisory") return RequestKind::kAdvisory;
+  return Error(ErrorCode::kInvalid,
+               "checkpoint_now: field 'kind' must be emergency, periodic or advisory");
+}
+
 }  // namespace
+
+std::string_view request_kind_name(RequestKind kind) {
+  switch (kind) {
+    case RequestKind::kEmergency: return "emergency";
+    case RequestKind::kPeriodic: return "periodic";
+    case RequestKind::kAdvisory: return "advisory";
+  }
+  return "unknown";
+}
 
 std::string_view message_type(const JobMessage& m) {
   return std::visit(Overload{[](const Hello&) { return "hello"; },
                              [](const Heartbeat&) { return "heartbeat"; },
                              [](const CheckpointBegin&) { return "checkpoint_begin"; },
                              [](const CheckpointCommitted&) { return "checkpoint_committed"; },
-                             [](const CheckpointFailed&) { return "checkpoint_failed"; }},
+                             [](const CheckpointFailed&) { return "checkpoint_failed"; },
+                             [](const Passed&) { return "passed"; },
+                             [](const ResumeFailed&) { return "resume_failed"; }},
                     m);
 }
 
 std::string_view message_type(const AgentMessage& m) {
   return std::visit(Overload{[](const Schedule&) { return "schedule"; },
                              [](const CheckpointNow&) { return "checkpoint_now"; },
+                             [](const AbortSave&) { return "abort_save"; },
                              [](const Stop&) { return "stop"; },
                              [](const ErrorReply&) { return "error"; }},
                     m);
@@ -150,6 +178,14 @@ std::string encode(const JobMessage& m) {
                       [&](const CheckpointFailed& c) {
                         o["step"] = c.step;
                         o["error"] = c.error;
+                        o["no_space"] = c.no_space;
+                      },
+                      [&](const Passed& p) { o["step"] = p.step; },
+                      [&](const ResumeFailed& r) {
+                        o["manifest"] = r.manifest;
+                        o["file"] = r.file;
+                        o["offset"] = r.offset;
+                        o["error"] = r.error;
                       }},
              m);
   return line(std::move(o));
@@ -163,8 +199,13 @@ std::string encode(const AgentMessage& m) {
                       },
                       [&](const CheckpointNow& c) {
                         o["deadline_unix_ms"] = c.deadline_unix_ms;
+                        o["kind"] = request_kind_name(c.kind);
                         o["reason"] = c.reason;
                         o["at_step"] = c.at_step;
+                      },
+                      [&](const AbortSave& a) {
+                        o["step"] = a.step;
+                        o["reason"] = a.reason;
                       },
                       [&](const Stop& s) { o["deadline_unix_ms"] = s.deadline_unix_ms; },
                       [&](const ErrorReply& e) { o["message"] = e.message; }},
@@ -214,7 +255,22 @@ Result<JobMessage> decode_job_message(std::string_view text) {
       CheckpointFailed c;
       SG_ASSIGN_OR_RETURN(c.step, r.u64("step"));
       SG_ASSIGN_OR_RETURN(c.error, r.str("error"));
+      SG_ASSIGN_OR_RETURN(c.no_space, r.boolean("no_space"));
       return c;
+    }));
+  if (type == "passed")
+    return wrap(finish<Passed>(r, [&]() -> Result<Passed> {
+      SG_ASSIGN_OR_RETURN(uint64_t step, r.u64("step"));
+      return Passed{step};
+    }));
+  if (type == "resume_failed")
+    return wrap(finish<ResumeFailed>(r, [&]() -> Result<ResumeFailed> {
+      ResumeFailed f;
+      SG_ASSIGN_OR_RETURN(f.manifest, r.str("manifest"));
+      SG_ASSIGN_OR_RETURN(f.file, r.str("file"));
+      SG_ASSIGN_OR_RETURN(f.offset, r.u64("offset"));
+      SG_ASSIGN_OR_RETURN(f.error, r.str("error"));
+      return f;
     }));
   return Error(ErrorCode::kInvalid, "unknown message type '" + type + "'");
 }
@@ -238,9 +294,18 @@ Result<AgentMessage> decode_agent_message(std::string_view text) {
     return wrap(finish<CheckpointNow>(r, [&]() -> Result<CheckpointNow> {
       CheckpointNow c;
       SG_ASSIGN_OR_RETURN(c.deadline_unix_ms, r.i64("deadline_unix_ms"));
+      SG_ASSIGN_OR_RETURN(std::string kind, r.str("kind"));
+      SG_ASSIGN_OR_RETURN(c.kind, parse_kind(kind));
       SG_ASSIGN_OR_RETURN(c.reason, r.str("reason"));
       SG_ASSIGN_OR_RETURN(c.at_step, r.u64("at_step"));
       return c;
+    }));
+  if (type == "abort_save")
+    return wrap(finish<AbortSave>(r, [&]() -> Result<AbortSave> {
+      AbortSave a;
+      SG_ASSIGN_OR_RETURN(a.step, r.u64("step"));
+      SG_ASSIGN_OR_RETURN(a.reason, r.str("reason"));
+      return a;
     }));
   if (type == "stop")
     return wrap(finish<Stop>(r, [&]() -> Result<Stop> {

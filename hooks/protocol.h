@@ -2,13 +2,17 @@
 // per line over a Unix socket (DESIGN.md section 4), versioned, strictly parsed.
 //
 //   job -> agent : hello, heartbeat{step}, checkpoint_begin{step},
-//                  checkpoint_committed{step, manifest}, checkpoint_failed{step, error}
-//   agent -> job : schedule{every_steps, every_ms}, checkpoint_now{deadline_unix_ms, reason,
-//                  at_step}, stop{deadline_unix_ms}, error{message}
+//                  checkpoint_committed{step, manifest}, checkpoint_failed{step, error},
+//                  passed{step}, resume_failed{manifest, file, offset, error}
+//   agent -> job : schedule{every_steps, every_ms}, checkpoint_now{deadline_unix_ms, kind,
+//                  reason, at_step}, abort_save{step, reason}, stop{deadline_unix_ms},
+//                  error{message}
 //
-// Every line is {"v":1,"type":"...", ...fields}. Unknown types, missing fields, fields of
-// the wrong type and unknown fields are errors (the agent answers with `error` and keeps
-// serving). Thread-safety: pure functions.
+// Every line is {"v":2,"type":"...", ...fields}. Unknown types, missing fields, fields of
+// the wrong type, unknown fields and repeated keys are errors (the agent answers with `error`
+// and keeps serving). Version 2 made the kind of a checkpoint request a typed field (version 1
+// encoded it in the reason) and added passed, resume_failed and abort_save.
+// Thread-safety: pure functions.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +24,7 @@
 
 namespace shardguard::hooks {
 
-inline constexpr int kProtocolVersion = 1;
+inline constexpr int kProtocolVersion = 2;
 inline constexpr size_t kMaxLineBytes = 64 * 1024;
 
 // Job -> agent.
@@ -44,29 +48,52 @@ struct CheckpointCommitted {
 struct CheckpointFailed {
   uint64_t step = 0;
   std::string error;
+  bool no_space = false;  // the disk is full (ENOSPC, EDQUOT)
 };
-using JobMessage =
-    std::variant<Hello, Heartbeat, CheckpointBegin, CheckpointCommitted, CheckpointFailed>;
+// This rank was already past the requested at_step when the request arrived: the supervisor
+// picks a new at_step for every rank (clients never choose one themselves).
+struct Passed {
+  uint64_t step = 0;
+};
+// The resume checkpoint failed verification: the supervisor sets it aside and falls back.
+struct ResumeFailed {
+  std::string manifest;
+  std::string file;  // relative to the step directory
+  uint64_t offset = 0;
+  std::string error;
+};
+using JobMessage = std::variant<Hello, Heartbeat, CheckpointBegin, CheckpointCommitted,
+                                CheckpointFailed, Passed, ResumeFailed>;
 
 // Agent -> job.
 struct Schedule {
   uint64_t every_steps = 0;  // 0: off
   int64_t every_ms = 0;      // 0: off
 };
+// Emergency: save at_step, then exit (the job is stopping). Periodic and advisory: a plain
+// save; training goes on.
+enum class RequestKind { kEmergency, kPeriodic, kAdvisory };
+std::string_view request_kind_name(RequestKind kind);  // "emergency", "periodic", "advisory"
+
 struct CheckpointNow {
   int64_t deadline_unix_ms = 0;
-  // "periodic" and "advisory:..." ask for a plain save; any other reason ("aws
-  // spot-interruption", "sigterm", "drain", ...) is an emergency: save, then exit.
-  std::string reason;
+  RequestKind kind = RequestKind::kEmergency;
+  std::string reason;    // for logs: "aws-spot-interruption", "sigterm", "periodic", ...
   uint64_t at_step = 0;  // checkpoint when the step counter reaches this
 };
+// The commit of `step` will not happen (another rank's save failed): stop waiting for it.
+struct AbortSave {
+  uint64_t step = 0;
+  std::string reason;
+};
+// Exit now, saving nothing (the supervisor is tearing the ranks down).
 struct Stop {
   int64_t deadline_unix_ms = 0;
 };
 struct ErrorReply {
   std::string message;
 };
-using AgentMessage = std::variant<Schedule, CheckpointNow, Stop, ErrorReply>;
+using AgentMessage = std::variant<Schedule, CheckpointNow, AbortSave, Stop, ErrorReply>;
 
 // One line, newline included.
 std::string encode(const JobMessage& message);

@@ -119,7 +119,7 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
       limiter.warn("unix socket peercred", where + ": SO_PEERCRED: " + std::strerror(errno));
       return;
     }
-    if (cred.uid != *options.allowed_uid) {
+    if (cred.uid != *options.allowed_uid && !(options.allow_root && cred.uid == 0)) {
       ++stats.refused_uid;
       limiter.warn("unix socket wrong uid", where + ": rejected peer pid " +
                                                 std::to_string(cred.pid) + " uid " +

@@ -1,7 +1,8 @@
 // Unix-domain stream socket server for newline-delimited messages (the job control
 // protocol: JSON per line; parsing is the caller's job). The socket file is mode 0600 and
-// every peer's uid is checked with SO_PEERCRED; a peer with another uid is disconnected at
-// once, and the caller's on_accept policy may refuse others (it sees the peer's pid).
+// every peer's uid is checked with SO_PEERCRED; a peer with another uid than the allowed one
+// (or root, where allowed) is disconnected at once, and the caller's on_accept policy may
+// refuse others (it sees the peer's pid).
 //
 // Every resource a peer can make the server spend is bounded, so no client (or 1,000 of
 // them) can grow its memory, file descriptors or log: a connection count (over it, new
@@ -45,6 +46,7 @@ struct PeerCredentials {
 struct UnixSocketServerOptions {
   std::string path;
   std::optional<uid_t> allowed_uid;   // nullopt: this process's uid (getuid())
+  bool allow_root = false;            // also accept uid 0 (a root agent on the node)
   size_t max_line_bytes = 64 * 1024;  // without the '\n'
   size_t max_queued_bytes = 1 << 20;  // unsent output per connection; beyond: closed
   // Open connections at once; a connection beyond it is closed as soon as it is accepted.

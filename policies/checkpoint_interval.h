@@ -14,6 +14,10 @@
 
 namespace shardguard::policies {
 
+// How periodic checkpoints are scheduled: every N steps (by the clients), every fixed time, or
+// at the Young/Daly optimum from measured costs.
+enum class IntervalMode { kSteps, kTime, kAuto };
+
 // sqrt(2 * checkpoint_cost * mtbf), clamped to [min_interval, max_interval]. Zero or negative
 // inputs give min_interval.
 Duration young_daly_interval(Duration checkpoint_cost, Duration mtbf,

@@ -49,6 +49,12 @@ std::string_view exit_class_name(ExitClass c) {
       return "crash";
     case ExitClass::kNoProgress:
       return "no_progress";
+    case ExitClass::kNoSpace:
+      return "no_space";
+    case ExitClass::kResumeFailed:
+      return "resume_failed";
+    case ExitClass::kResize:
+      return "resize";
   }
   return "unknown";
 }
@@ -56,7 +62,11 @@ std::string_view exit_class_name(ExitClass c) {
 ExitClass classify_exit(const ExitContext& context) {
   if (context.node_unhealthy) return ExitClass::kInfrastructure;
   if (context.notice_active) return ExitClass::kPreempted;
+  if (context.resize) return ExitClass::kResize;
+  if (context.resume_failed) return ExitClass::kResumeFailed;
+  if (context.save_out_of_space) return ExitClass::kNoSpace;
   if (context.hang_detected) return ExitClass::kHang;
+  if (context.node_lost) return ExitClass::kInfrastructure;
   const auto& codes = context.preemption_exit_codes;
   for (const RankExit& e : context.exits) {
     if (!e.signaled && std::find(codes.begin(), codes.end(), e.code) != codes.end())
@@ -72,6 +82,10 @@ std::string describe_exit(const ExitContext& context) {
   if (context.node_unhealthy) s += "; node unhealthy";
   if (context.notice_active) s += "; preemption notice active";
   if (context.hang_detected) s += "; heartbeat stale (hang)";
+  if (context.node_lost) s += "; a node was lost";
+  if (context.save_out_of_space) s += "; a save failed: disk full";
+  if (context.resume_failed) s += "; the resume checkpoint failed verification";
+  if (context.resize) s += "; stopped to resize the job";
   if (context.torn_down_by_us) s += "; remaining ranks torn down by shardguard";
   return s;
 }

@@ -10,9 +10,17 @@
 
 namespace shardguard::policies {
 
-enum class ExitClass { kSuccess, kPreempted, kInfrastructure, kHang, kCrash, kNoProgress };
+// kNoSpace: a save failed because the disk is full (its own budget; never a fresh start).
+// kResumeFailed: a rank found the resume checkpoint corrupt (it is quarantined; the next attempt
+// falls back to the previous one without burning the crash budget). kResize: the job was
+// stopped on purpose to grow onto returning nodes (no budget).
+enum class ExitClass {
+  kSuccess, kPreempted, kInfrastructure, kHang, kCrash, kNoProgress, kNoSpace, kResumeFailed,
+  kResize
+};
 
-// "success", "preempted", "infrastructure", "hang", "crash", "no_progress".
+// "success", "preempted", "infrastructure", "hang", "crash", "no_progress", "no_space",
+// "resume_failed", "resize".
 std::string_view exit_class_name(ExitClass c);
 
 struct RankExit {
@@ -28,12 +36,18 @@ struct ExitContext {
   bool hang_detected = false;
   bool node_unhealthy = false;
   bool torn_down_by_us = false;  // the supervisor killed the ranks that had not ended
+  bool node_lost = false;        // a node of the job stopped answering (multi-node)
+  bool save_out_of_space = false;  // a save failed with ENOSPC in this attempt
+  bool resume_failed = false;    // a rank reported the resume checkpoint corrupt
+  bool resize = false;           // stopped on purpose to change the number of nodes
   std::vector<int> preemption_exit_codes;
 };
 
 // First rule that matches: node_unhealthy -> kInfrastructure; notice_active -> kPreempted;
-// hang_detected -> kHang; a (non-signal) exit code listed in preemption_exit_codes ->
-// kPreempted; at least one exit and all of them code 0 -> kSuccess; otherwise kCrash.
+// resize -> kResize; resume_failed -> kResumeFailed; save_out_of_space -> kNoSpace;
+// hang_detected -> kHang; node_lost -> kInfrastructure; a (non-signal) exit code listed in
+// preemption_exit_codes -> kPreempted; at least one exit and all of them code 0 -> kSuccess;
+// otherwise kCrash.
 ExitClass classify_exit(const ExitContext& context);
 
 // One line for logs and events: "rank 1 killed by signal 9 (SIGKILL)", "rank 0 exited with

@@ -26,6 +26,7 @@ RestartDecision RestartPolicy::on_exit(ExitClass c, SteadyTime now,
     fallback_for_.reset();
     return {false, false, "success"};
   }
+  if (c == ExitClass::kResize) return {true, false, "resize: relaunching on the new set of nodes"};
   const std::string name(exit_class_name(c));
   Stall stall = track_progress(c, resume_step, committed_step);
   if (stall.action == Stall::Action::kGiveUp)
@@ -112,7 +113,7 @@ RestartPolicy::Stall RestartPolicy::on_stalled(std::optional<uint64_t> resume_st
 }
 
 uint32_t RestartPolicy::restarts_in_window(ExitClass c, SteadyTime now) const {
-  if (c == ExitClass::kSuccess) return 0;
+  if (c == ExitClass::kSuccess || c == ExitClass::kResize) return 0;
   const Duration window = budget(c).window;
   const auto& granted = history(c);
   return static_cast<uint32_t>(std::count_if(
@@ -131,6 +132,10 @@ const std::deque<SteadyTime>& RestartPolicy::history(ExitClass c) const {
       return infrastructure_;
     case ExitClass::kPreempted:
       return preempted_;
+    case ExitClass::kNoSpace:
+      return no_space_;
+    case ExitClass::kResumeFailed:
+      return resume_failed_;
     default:
       return crash_;  // kCrash, kNoProgress (kSuccess never records)
   }
@@ -144,6 +149,10 @@ const Budget& RestartPolicy::budget(ExitClass c) const {
       return options_.infrastructure;
     case ExitClass::kPreempted:
       return options_.preempted;
+    case ExitClass::kNoSpace:
+      return options_.no_space;
+    case ExitClass::kResumeFailed:
+      return options_.resume_failed;
     default:
       return options_.crash;
   }

@@ -28,6 +28,8 @@ struct Budget {
 struct RestartPolicyOptions {
   Budget crash, hang, infrastructure, preempted;  // kNoProgress exits use the crash budget
   uint32_t no_progress_limit = 3;  // consecutive failures from one step before acting
+  Budget no_space{3, std::chrono::hours(1)};
+  Budget resume_failed{8, std::chrono::hours(1)};  // each one quarantines a checkpoint
 };
 
 struct RestartDecision {
@@ -43,7 +45,8 @@ class RestartPolicy {
   // Records an exit of class `c` at `now` after an attempt that resumed from `resume_step`
   // (nullopt: fresh start) and whose last committed step is `committed_step` (nullopt: none),
   // and says what to do. Give-up reasons start with the class name ("crash: ...",
-  // "no_progress: ..."); kSuccess answers restart=false, reason "success".
+  // "no_progress: ..."); kSuccess answers restart=false, reason "success"; kResize always
+  // restarts and uses no budget.
   RestartDecision on_exit(ExitClass c, SteadyTime now, std::optional<uint64_t> resume_step,
                           std::optional<uint64_t> committed_step);
 
@@ -65,7 +68,8 @@ class RestartPolicy {
   const Budget& budget(ExitClass c) const;
 
   RestartPolicyOptions options_;
-  std::deque<SteadyTime> crash_, hang_, infrastructure_, preempted_;  // restarts granted
+  std::deque<SteadyTime> crash_, hang_, infrastructure_, preempted_, no_space_,
+      resume_failed_;  // restarts granted
 
   // No-progress state: consecutive failures without progress, all resumed from streak_step_.
   bool streak_active_ = false;

@@ -38,6 +38,10 @@ Result<EventLog> EventLog::open(const std::string& path, Clock& clock) {
 }
 
 void EventLog::write(std::string_view type, std::initializer_list<EventField> fields) {
+  write(type, EventFields(fields));
+}
+
+void EventLog::write(std::string_view type, const EventFields& fields) {
   if (file_ == nullptr) return;
   json::object o;
   o["time_unix_ms"] = to_unix_ms(clock_->wall_now());

@@ -8,20 +8,13 @@
 #include <initializer_list>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include "core/clock.h"
 #include "core/result.h"
+#include "supervisor/event_fields.h"
 
 namespace shardguard::supervisor {
-
-using EventValue = std::variant<int64_t, uint64_t, double, bool, std::string>;
-
-struct EventField {
-  std::string key;
-  EventValue value;
-};
 
 class EventLog {
  public:
@@ -34,6 +27,7 @@ class EventLog {
   // Appends {"time_unix_ms":..,"event":type, fields...}. Errors are logged, not returned:
   // a full disk must not stop the supervisor.
   void write(std::string_view type, std::initializer_list<EventField> fields = {});
+  void write(std::string_view type, const EventFields& fields);
   const std::string& path() const { return path_; }
 
  private:

@@ -15,10 +15,11 @@
 #include "agent/health/health_config.h"
 #include "core/clock.h"
 #include "hooks/lifecycle.h"
+#include "policies/checkpoint_interval.h"
 
 namespace shardguard::supervisor {
 
-enum class IntervalMode { kSteps, kTime, kAuto };
+using IntervalMode = policies::IntervalMode;
 enum class VerifyMode { kSize, kChecksum };
 
 struct RestartBudget {
@@ -52,6 +53,8 @@ struct JobConfig {
   RestartBudget hang{3, std::chrono::hours(1)};
   RestartBudget infrastructure{5, std::chrono::hours(1)};
   RestartBudget preempted{100, std::chrono::hours(24)};
+  RestartBudget no_space{3, std::chrono::hours(1)};       // saves failing on a full disk
+  RestartBudget resume_failed{8, std::chrono::hours(1)};  // corrupt resume checkpoints
   Duration backoff_initial = std::chrono::seconds(1);
   Duration backoff_max = std::chrono::minutes(5);
   double backoff_multiplier = 2.0;
@@ -71,7 +74,8 @@ struct JobConfig {
   int checkpoint_signal = 10;                     // SIGUSR1
   Duration grace = std::chrono::seconds(30);      // emergency budget on SIGTERM/SIGINT
   Duration safety_margin = std::chrono::seconds(2);  // deadline minus this
-  Duration term_grace = std::chrono::seconds(10);  // SIGTERM -> SIGKILL during teardown
+  // Teardown: `stop` on the control socket, then SIGKILL of what is left after this long.
+  Duration term_grace = std::chrono::seconds(3);
 
   // [[hooks]]: commands and webhooks run on lifecycle events.
   std::vector<hooks::HookSpec> hooks;

@@ -272,7 +272,9 @@ void read_restart(Section s, JobConfig& c, Problems& problems) {
   const std::pair<const char*, RestartBudget*> budgets[] = {{"crash", &c.crash},
                                                             {"hang", &c.hang},
                                                             {"infrastructure", &c.infrastructure},
-                                                            {"preempted", &c.preempted}};
+                                                            {"preempted", &c.preempted},
+                                                            {"no_space", &c.no_space},
+                                                            {"resume_failed", &c.resume_failed}};
   for (const auto& [name, budget] : budgets) {
     if (const toml::table* t = s.table(name))
       read_budget(Section(t, s.key_path(name), problems), *budget);
@@ -320,7 +322,12 @@ void read_agent(Section s, agent::AgentSettings& a) {
     }
   }
   s.duration("signal_grace", a.signal_grace, true);
-  s.string("drain_file", a.drain_file);
+  // The drain file is gone: an operator's drain reaches the run through its agent socket.
+  for (const char* removed : {"drain_file", "drain_grace"})
+    if (const toml::node* n = s.get(removed))
+      s.bad(*n, removed,
+            "was removed: `shardguard drain --run-dir DIR [--deadline 60s]` talks to the run "
+            "directly");
   if (const toml::node* n = s.get("run_dirs");
       n && s.expect(*n, "run_dirs", n->is_array(), "an array of run directories")) {
     for (const auto& item : *n->as_array()) {
@@ -330,7 +337,6 @@ void read_agent(Section s, agent::AgentSettings& a) {
         a.run_dirs.push_back(item.as_string()->get());
     }
   }
-  s.duration("drain_grace", a.drain_grace, true);
   s.finish();
 }
 

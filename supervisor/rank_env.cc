@@ -13,24 +13,31 @@ std::string absolute_path(const std::string& path) {
   return ec ? path : abs.lexically_normal().string();
 }
 
-std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uint32_t rank) {
+std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uint32_t rank,
+                                                    uint32_t local_rank) {
   const JobConfig& c = in.config;
   std::map<std::string, std::string> env = c.env;
-  const std::string r = std::to_string(rank), w = std::to_string(c.nproc);
+  const std::string r = std::to_string(rank), w = std::to_string(in.world_size);
+  const std::string lr = std::to_string(local_rank), lw = std::to_string(in.local_world_size);
   env["SHARDGUARD_JOB_ID"] = c.job_id;
   env["SHARDGUARD_ATTEMPT"] = std::to_string(in.attempt);
   env["SHARDGUARD_RANK"] = r;
   env["SHARDGUARD_WORLD_SIZE"] = w;
-  env["SHARDGUARD_LOCAL_RANK"] = r;
+  env["SHARDGUARD_LOCAL_RANK"] = lr;
+  env["SHARDGUARD_NODE_RANK"] = std::to_string(in.node_rank);
+  env["SHARDGUARD_NNODES"] = std::to_string(in.nnodes);
   env["RANK"] = r;
   env["WORLD_SIZE"] = w;
-  env["LOCAL_RANK"] = r;
-  env["LOCAL_WORLD_SIZE"] = w;
-  env["MASTER_ADDR"] = c.master_addr;
-  env["MASTER_PORT"] = std::to_string(c.master_port);
+  env["LOCAL_RANK"] = lr;
+  env["LOCAL_WORLD_SIZE"] = lw;
+  env["GROUP_RANK"] = std::to_string(in.node_rank);
+  env["MASTER_ADDR"] = in.master_addr;
+  env["MASTER_PORT"] = std::to_string(in.master_port);
   env["SHARDGUARD_CHECKPOINT_DIR"] = absolute_path(c.checkpoint_dir);
   env["SHARDGUARD_CONTROL_SOCKET"] = in.control_socket;
   env["SHARDGUARD_CHECKPOINT_SIGNAL"] = std::to_string(c.checkpoint_signal);
+  env["SHARDGUARD_COMMIT_TIMEOUT_MS"] = std::to_string(
+      std::chrono::duration_cast<std::chrono::milliseconds>(c.commit_timeout).count());
   if (c.interval_mode == IntervalMode::kSteps)
     env["SHARDGUARD_CHECKPOINT_EVERY_STEPS"] = std::to_string(c.every_steps);
   else

@@ -12,12 +12,21 @@ namespace shardguard::supervisor {
 
 struct RankEnvInputs {
   const JobConfig& config;
-  uint64_t attempt;
+  uint64_t attempt;  // the epoch
   std::string resume_manifest;  // empty: fresh start
   std::string control_socket;
+  uint32_t world_size = 1;
+  uint32_t local_world_size = 1;
+  uint32_t node_rank = 0;
+  uint32_t nnodes = 1;
+  std::string master_addr = "127.0.0.1";
+  uint16_t master_port = 29500;
 };
 
-std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uint32_t rank);
+// shardguard's variables and torch's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+// GROUP_RANK, MASTER_ADDR, MASTER_PORT) for global rank `rank`, local rank `local_rank`.
+std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uint32_t rank,
+                                                    uint32_t local_rank);
 
 // <run_dir>/control.sock as an absolute path, or a name under /tmp when that would not fit
 // in a Unix socket address.

@@ -1,12 +1,11 @@
-// The supervisor of one job on one node: launches the ranks (each in its own process
-// group) with the environment contract of DESIGN.md section 4, serves the control socket
-// (the embedded agent), watches heartbeats for hangs, classifies every exit, restarts by
-// policy from the newest complete checkpoint, and on a stop request (SIGTERM, a cloud
-// notice, a drain) runs the emergency flow: checkpoint_now + signal to every rank, wait
-// for the commit or the deadline, then stop the ranks and report "preempted".
+// The supervisor's shell for one job (DESIGN.md section 6): it feeds every event to the
+// decision core (supervisor/attempt_machine.h) and carries out the commands that come back -
+// node commands to the node runner(s), timers on the loop, the timeline in events.jsonl,
+// lifecycle hooks, notice acknowledgements, resume selection, retention and quarantine on the
+// worker. It decides nothing itself.
 //
-// Everything runs on one EventLoop thread; clock, timers, processes and randomness are
-// injected so tests can drive it.
+// One node: the node runner lives in the same process and the reports go straight back here.
+// Thread-safety: loop thread only (callbacks run there too).
 #pragma once
 
 #include <functional>
@@ -14,64 +13,38 @@
 #include <memory>
 #include <string>
 
-#include "core/clock.h"
-#include "core/filesystem.h"
+#include "agent/notice.h"
 #include "core/result.h"
+#include "io/deps.h"
 #include "supervisor/job_config.h"
-
-namespace shardguard::io {
-class EventLoop;
-class ProcessLauncher;
-}  // namespace shardguard::io
 
 namespace shardguard::supervisor {
 
-enum class SupervisorState {
-  kPending, kLaunching, kRunning, kCheckpointing, kDraining, kBackoff, kSucceeded, kFailed,
-  kPreempted
-};
-std::string_view supervisor_state_name(SupervisorState state);
-
-struct SupervisorDeps {
-  io::EventLoop& loop;
-  Clock& clock;
-  TimerFactory& timers;
-  io::ProcessLauncher& launcher;
-  Filesystem& fs;
-  std::function<double()> uniform01;  // jitter
-};
-
-// A request to checkpoint and stop: from a signal, a cloud notice or a drain.
-struct StopRequest {
-  std::string reason;   // "sigterm", "aws-spot-interruption", "drain", ...
-  WallTime deadline;    // when the machine goes away
-  bool preemption = true;  // false: an operator's stop that is not a preemption
-};
-
 class Supervisor {
  public:
-  Supervisor(SupervisorDeps deps, JobConfig config);
+  Supervisor(const io::Deps& deps, JobConfig config);
   ~Supervisor();
 
-  // Prepares the run directory and starts the first attempt; the loop does the rest.
+  // Prepares the run directory and the control socket, then starts the job; the loop does
+  // the rest.
   Status start();
-  // Runs the emergency flow (or ends a backoff) and stops. Safe to call repeatedly.
-  void request_stop(const StopRequest& request);
+  // A notice from this node's agent (cloud, signal, drain): the decision core acts on it.
+  void notice(const agent::Notice& notice);
   // The node failed a health check: checkpoint if the ranks can, stop, and exit 75 so the
-  // scheduler places the job on a healthy node (restarting here would not help).
+  // scheduler places the job on a healthy node.
   void report_unhealthy(const std::string& evidence);
-  // An extra checkpoint without stopping (an advisory notice such as AWS rebalance).
-  void request_checkpoint(const std::string& reason);
   // Called on lifecycle events ("preempt_notice", "checkpoint_committed", "restart",
   // "give_up", "node_unhealthy") with their fields, e.g. to run the job's [[hooks]].
   void set_on_lifecycle(
       std::function<void(std::string_view event, std::map<std::string, std::string> fields)> cb);
-  // Called when the emergency checkpoint has committed (e.g. to acknowledge Azure's event).
-  void set_on_emergency_committed(std::function<void(uint64_t step)> callback);
+  // Called for a notice once the emergency checkpoint it asked for has committed (Azure's
+  // StartRequests).
+  void set_on_acknowledge(std::function<void(const agent::Notice&)> cb);
+
   // True once the job has ended; exit_code() is then the code of `shardguard run`.
   bool finished() const;
   int exit_code() const;
-  SupervisorState state() const;
+  std::string state() const;  // "running", "backoff", "succeeded", ...
   // Prometheus text exposition of the run's metrics.
   std::string metrics_text() const;
 

@@ -11,8 +11,8 @@
 
 namespace shardguard::agent {
 
-std::unique_ptr<HealthMonitor> make_health_monitor(const HealthSettings& s, HealthEnv env) {
-  auto monitor = std::make_unique<HealthMonitor>(env.clock, env.timers, env.random);
+std::unique_ptr<HealthMonitor> make_health_monitor(const HealthSettings& s, const io::Deps& env) {
+  auto monitor = std::make_unique<HealthMonitor>(env.clock, env.timers, env.random.as_function());
   if (!s.enabled) return monitor;
   if (s.gpu) {
     monitor->add(std::make_unique<GpuCheck>(GpuCheckConfig{s.nvml_library, s.expected_gpus}),

@@ -112,7 +112,10 @@ int run(const Flags& f) {
   auto start = resume(**client, f, shard, loader);
   if (!start.ok()) {
     spdlog::error("trainer rank {}: resume: {}", o.rank, start.error().message());
-    return 1;
+    if (start.error().code() != ErrorCode::kCorrupt) return 1;
+    // A checkpoint that fails verification: the supervisor sets it aside and falls back.
+    (*client)->report_resume_failure(start.error());
+    return shardguard::kJobExitResumeFailed;
   }
   spdlog::info("trainer rank {}/{}: rows [{}, {}), {} at step {}", o.rank, o.world_size, row0, row1,
                *start == 0 ? "fresh start" : "resumed", *start);
@@ -149,14 +152,20 @@ int run(const Flags& f) {
     const bool last = step == f.cfg.steps;
     if (last || (*client)->should_checkpoint(step)) {
       if (auto st = save(**client, f, shard, loader, step, last); !st.ok()) {
-        spdlog::error("trainer rank {}: checkpoint of step {}: {}", o.rank, step, st.error().message());
-        if (last || (*client)->emergency()) return 1;
+        // Abandoned (another rank failed, or every rank now saves a later step): go on.
+        if (st.error().code() == ErrorCode::kCancelled && !last) {
+          spdlog::warn("trainer rank {}: {}", o.rank, st.error().message());
+        } else {
+          spdlog::error("trainer rank {}: checkpoint of step {}: {}", o.rank, step,
+                        st.error().message());
+          if (last || (*client)->emergency()) return 1;
+        }
       }
     }
     if ((*client)->should_exit()) {
       spdlog::warn("trainer rank {}: stopping after the emergency checkpoint of step {}", o.rank,
                    (*client)->last_committed_step());
-      return hooks::kJobExitAfterEmergency;
+      return shardguard::kJobExitAfterEmergency;
     }
     if (f.sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(f.sleep_ms));
   }

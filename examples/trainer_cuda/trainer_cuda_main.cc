@@ -233,7 +233,7 @@ int run(const Flags& f) {
       spdlog::warn("trainer rank {}: stopping after the emergency checkpoint of step {}", o.rank,
                    (*client)->last_committed_step());
       shard.synchronize();
-      return hooks::kJobExitAfterEmergency;
+      return shardguard::kJobExitAfterEmergency;
     }
     if (f.sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(f.sleep_ms));
   }

@@ -21,9 +21,12 @@ using shardguard::testing::TempDir;
 
 namespace {
 
-std::unique_ptr<Client> make_client(const std::string& ckpt_dir, const std::string& socket) {
+std::unique_ptr<Client> make_client(const std::string& ckpt_dir, const std::string& socket,
+                                    uint32_t rank = 0, uint32_t world = 1) {
   ClientOptions o;
   o.job_id = "test-job";
+  o.rank = rank;
+  o.world_size = world;
   o.checkpoint_dir = ckpt_dir;
   o.control_socket = socket;
   o.under_shardguard = !socket.empty();
@@ -47,7 +50,7 @@ Status save_step(Client& c, uint64_t step) {
   SG_RETURN_IF_ERROR(
       w.add_tensor("w", checkpoint::DType::kF32, {3}, std::as_bytes(std::span(data))));
   w.set_rank_state({"rng", "{\"i\":1}", "null"});
-  w.set_global_state({step, "null", "null"});
+  if (c.options().rank == 0) w.set_global_state({step, "null", "null"});
   return c.save(std::move(w));
 }
 
@@ -82,8 +85,11 @@ TEST_CASE("client: a periodic checkpoint_now asks for one save at that step", "[
   TempDir ckpt;
   auto c = make_client(ckpt.path(), f.path());
   REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
-  f.send_all(CheckpointNow{0, "periodic", 4});
-  REQUIRE(eventually([&] { return c->should_checkpoint(4); }));
+  CHECK_FALSE(c->should_checkpoint(2));
+  f.send_all(CheckpointNow{0, RequestKind::kPeriodic, "periodic", 4});
+  REQUIRE(eventually([&] { return c->requested_step() == 4u; }));
+  CHECK_FALSE(c->should_checkpoint(3));
+  CHECK(c->should_checkpoint(4));
   CHECK_FALSE(c->should_checkpoint(5));  // once only
   CHECK_FALSE(c->emergency().has_value());
 }
@@ -94,7 +100,7 @@ TEST_CASE("client: checkpoint_now{at_step}, emergency save, then should_exit", "
   auto c = make_client(ckpt.path(), f.path());
   REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
   const int64_t deadline = to_unix_ms(RealClock::instance().wall_now() + 60s);
-  f.send_all(CheckpointNow{deadline, "aws-spot-interruption", 7});
+  f.send_all(CheckpointNow{deadline, RequestKind::kEmergency, "aws-spot-interruption", 7});
   REQUIRE(eventually([&] { return c->emergency().has_value(); }));
   CHECK(c->emergency()->reason == "aws-spot-interruption");
   CHECK(to_unix_ms(c->emergency()->deadline) == deadline);
@@ -114,6 +120,72 @@ TEST_CASE("client: checkpoint_now{at_step}, emergency save, then should_exit", "
       checkpoint::CheckpointReader::open(PosixFilesystem::instance(), ckpt / "step-000000007");
   REQUIRE(reader.ok());
   CHECK(reader->manifest().reason == checkpoint::SaveReason::kEmergency);
+}
+
+TEST_CASE("client: a request for a step this rank already passed is reported, never saved alone",
+          "[integration]") {
+  ControlFixture f;
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path());
+  REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
+  CHECK_FALSE(c->should_checkpoint(9));
+  CHECK_FALSE(c->should_checkpoint(10));
+  const int64_t deadline = to_unix_ms(RealClock::instance().wall_now() + 60s);
+  f.send_all(CheckpointNow{deadline, RequestKind::kEmergency, "sigterm", 10});
+  REQUIRE(f.wait([](const auto& r) { return r.passed.size() == 1; }));
+  CHECK(f.record().passed[0] == std::pair<uint32_t, uint64_t>{0, 10});
+  CHECK_FALSE(c->should_checkpoint(11));  // the step is the supervisor's to choose
+  CHECK_FALSE(c->should_checkpoint(12));
+  f.send_all(CheckpointNow{deadline, RequestKind::kEmergency, "sigterm", 14});
+  REQUIRE(eventually([&] { return c->requested_step() == 14u; }));
+  CHECK_FALSE(c->should_checkpoint(13));
+  CHECK(c->should_checkpoint(14));
+  CHECK(f.record().passed.size() == 1);
+}
+
+TEST_CASE("client: an emergency save waiting for other ranks gives way to a later at_step",
+          "[integration]") {
+  ControlFixture f;
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path(), /*rank=*/1, /*world=*/2);
+  REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
+  const int64_t deadline = to_unix_ms(RealClock::instance().wall_now() + 60s);
+  f.send_all(CheckpointNow{deadline, RequestKind::kEmergency, "sigterm", 5});
+  REQUIRE(eventually([&] { return c->requested_step() == 5u; }));
+  REQUIRE(c->should_checkpoint(5));
+  // Rank 0 never saves step 5: the supervisor moves every rank to step 8.
+  std::thread later([&] {
+    std::this_thread::sleep_for(300ms);
+    f.send_all(CheckpointNow{deadline, RequestKind::kEmergency, "sigterm", 8});
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto st = save_step(*c, 5);
+  later.join();
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code() == ErrorCode::kCancelled);
+  CHECK_THAT(st.error().message(), Catch::Contains("every rank now saves step 8"));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  CHECK_FALSE(c->should_exit());
+  CHECK(c->should_checkpoint(8));
+}
+
+TEST_CASE("client: abort_save ends the wait for a commit that will not happen", "[integration]") {
+  ControlFixture f;
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path(), /*rank=*/1, /*world=*/2);
+  REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
+  const int64_t deadline = to_unix_ms(RealClock::instance().wall_now() + 60s);
+  f.send_all(CheckpointNow{deadline, RequestKind::kEmergency, "sigterm", 3});
+  REQUIRE(eventually([&] { return c->requested_step() == 3u; }));
+  REQUIRE(c->should_checkpoint(3));
+  std::thread later([&] {
+    std::this_thread::sleep_for(300ms);
+    f.send_all(AbortSave{3, "rank 0: No space left on device"});
+  });
+  auto st = save_step(*c, 3);
+  later.join();
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code() == ErrorCode::kCancelled);
 }
 
 TEST_CASE("client: stop from the agent means exit", "[integration]") {

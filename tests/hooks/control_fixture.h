@@ -26,6 +26,7 @@ class ControlFixture {
     std::vector<std::pair<uint32_t, uint64_t>> begins;
     std::vector<std::pair<uint32_t, uint64_t>> committed;
     std::vector<std::pair<uint32_t, std::string>> failed;
+    std::vector<std::pair<uint32_t, uint64_t>> passed;
     std::vector<uint32_t> disconnects;
     std::vector<std::string> protocol_errors;
   };
@@ -46,6 +47,9 @@ class ControlFixture {
     };
     e.on_failed = [this](uint32_t rank, uint64_t, const std::string& error) {
       note([&] { rec_.failed.emplace_back(rank, error); });
+    };
+    e.on_passed = [this](uint32_t rank, uint64_t step) {
+      note([&] { rec_.passed.emplace_back(rank, step); });
     };
     e.on_disconnect = [this](uint32_t rank) { note([&] { rec_.disconnects.push_back(rank); }); };
     e.on_protocol_error = [this](const std::string& p) {

@@ -76,10 +76,10 @@ TEST_CASE("control server: garbage gets an error reply and the connection stays 
 
 TEST_CASE("control server: strictness errors are answered, naming the problem", "[integration]") {
   const auto [line, problem] = GENERATE(table<std::string, std::string>({
-      {R"({"v":1,"type":"reboot"})", "unknown message type 'reboot'"},
-      {R"({"v":1,"type":"heartbeat","step":3,"color":"red"})", "unknown field 'color'"},
-      {R"({"v":1,"type":"heartbeat","step":"three"})", "field 'step' must be"},
-      {R"({"v":1,"type":"checkpoint_committed","step":3})", "missing field 'manifest'"},
+      {R"({"v":2,"type":"reboot"})", "unknown message type 'reboot'"},
+      {R"({"v":2,"type":"heartbeat","step":3,"color":"red"})", "unknown field 'color'"},
+      {R"({"v":2,"type":"heartbeat","step":"three"})", "field 'step' must be"},
+      {R"({"v":2,"type":"checkpoint_committed","step":3})", "missing field 'manifest'"},
       {R"({"v":9,"type":"heartbeat","step":3})", "version 9"},
   }));
   ControlFixture f;
@@ -129,7 +129,7 @@ TEST_CASE("control server: half a message then a disconnect", "[integration]") {
     auto quitter = connect_to(f);
     say_hello(quitter, 0);
     REQUIRE(std::holds_alternative<Schedule>(next_message(quitter)));
-    REQUIRE(quitter.send_raw(R"({"v":1,"type":"heartbeat","st)").ok());
+    REQUIRE(quitter.send_raw(R"({"v":2,"type":"heartbeat","st)").ok());
   }
   REQUIRE(f.wait([](const auto& r) { return r.disconnects.size() == 1; }));
   auto r = f.record();

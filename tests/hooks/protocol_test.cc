@@ -46,18 +46,34 @@ TEST_CASE("protocol: every job message round-trips", "[hooks]") {
   auto failed = std::get<CheckpointFailed>(
       round_trip(JobMessage(CheckpointFailed{5, "disk full \xc3\xa9"}), decode_job_message));
   CHECK(failed.error == "disk full \xc3\xa9");
+  CHECK(std::get<Passed>(round_trip(JobMessage(Passed{88}), decode_job_message)).step == 88);
+  auto rf = std::get<ResumeFailed>(round_trip(
+      JobMessage(ResumeFailed{"/c/step-000000200/manifest.json", "shard-00001-of-00002.safetensors",
+                              4194304, "block fails its checksum"}),
+      decode_job_message));
+  CHECK(rf.file == "shard-00001-of-00002.safetensors");
+  CHECK(rf.offset == 4194304);
 }
 
 TEST_CASE("protocol: every agent message round-trips", "[hooks]") {
   auto s = std::get<Schedule>(round_trip(AgentMessage(Schedule{100, 60000}), decode_agent_message));
   CHECK(s.every_steps == 100);
   CHECK(s.every_ms == 60000);
-  auto now = std::get<CheckpointNow>(
-      round_trip(AgentMessage(CheckpointNow{1700000000123, "aws-spot-interruption", 77}),
-                 decode_agent_message));
+  auto now = std::get<CheckpointNow>(round_trip(
+      AgentMessage(CheckpointNow{1700000000123, RequestKind::kEmergency, "aws-spot-interruption", 77}),
+      decode_agent_message));
   CHECK(now.deadline_unix_ms == 1700000000123);
+  CHECK(now.kind == RequestKind::kEmergency);
   CHECK(now.reason == "aws-spot-interruption");
   CHECK(now.at_step == 77);
+  for (RequestKind k : {RequestKind::kPeriodic, RequestKind::kAdvisory})
+    CHECK(std::get<CheckpointNow>(
+              round_trip(AgentMessage(CheckpointNow{1, k, "x", 2}), decode_agent_message))
+              .kind == k);
+  auto abort = std::get<AbortSave>(
+      round_trip(AgentMessage(AbortSave{40, "rank 1: disk full"}), decode_agent_message));
+  CHECK(abort.step == 40);
+  CHECK(abort.reason == "rank 1: disk full");
   CHECK(std::get<Stop>(round_trip(AgentMessage(Stop{-1}), decode_agent_message)).deadline_unix_ms ==
         -1);
   CHECK(std::get<ErrorReply>(round_trip(AgentMessage(ErrorReply{"bad"}), decode_agent_message))
@@ -70,18 +86,21 @@ TEST_CASE("protocol: decoding is strict and names the problem", "[hooks]") {
       {"\x01\x02garbage", "not JSON"},
       {"[1,2]", "not a JSON object"},
       {R"({"type":"heartbeat","step":1})", "version"},
-      {R"({"v":2,"type":"heartbeat","step":1})", "not supported"},
-      {R"({"v":1,"step":1})", "type"},
-      {R"({"v":1,"type":"bogus"})", "unknown message type 'bogus'"},
-      {R"({"v":1,"type":"heartbeat"})", "missing field 'step'"},
-      {R"({"v":1,"type":"heartbeat","step":"1"})", "field 'step' must be"},
-      {R"({"v":1,"type":"heartbeat","step":-1})", "field 'step' must be"},
-      {R"({"v":1,"type":"heartbeat","step":1,"extra":0})", "unknown field 'extra'"},
-      {R"({"v":1,"type":"hello","rank":2,"world_size":2,"pid":1,"job_id":"j","attempt":0})",
+      {R"({"v":1,"type":"heartbeat","step":1})", "not supported"},
+      {R"({"v":2,"type":"heartbeat","step":1,"step":2})", "duplicate"},
+      {R"({"v":2,"type":"hello","rank":0,"rank":1,"world_size":2,"pid":1,"job_id":"j","attempt":0})",
+       "duplicate"},
+      {R"({"v":2,"step":1})", "type"},
+      {R"({"v":2,"type":"bogus"})", "unknown message type 'bogus'"},
+      {R"({"v":2,"type":"heartbeat"})", "missing field 'step'"},
+      {R"({"v":2,"type":"heartbeat","step":"1"})", "field 'step' must be"},
+      {R"({"v":2,"type":"heartbeat","step":-1})", "field 'step' must be"},
+      {R"({"v":2,"type":"heartbeat","step":1,"extra":0})", "unknown field 'extra'"},
+      {R"({"v":2,"type":"hello","rank":2,"world_size":2,"pid":1,"job_id":"j","attempt":0})",
        "rank outside"},
-      {R"({"v":1,"type":"hello","rank":4294967296,"world_size":2,"pid":1,"job_id":"j","attempt":0})",
+      {R"({"v":2,"type":"hello","rank":4294967296,"world_size":2,"pid":1,"job_id":"j","attempt":0})",
        "32-bit"},
-      {R"({"v":1,"type":"checkpoint_now","deadline_unix_ms":1,"reason":"x","at_step":1})",
+      {R"({"v":2,"type":"checkpoint_now","deadline_unix_ms":1,"kind":"emergency","reason":"x","at_step":1})",
        "unknown message type"},  // an agent message sent by a job
   }));
   auto r = decode_job_message(line);
@@ -91,7 +110,7 @@ TEST_CASE("protocol: decoding is strict and names the problem", "[hooks]") {
 }
 
 TEST_CASE("protocol: a line over the limit is refused before parsing", "[hooks]") {
-  std::string big = R"({"v":1,"type":"checkpoint_failed","step":1,"error":")" +
+  std::string big = R"({"v":2,"type":"checkpoint_failed","step":1,"error":")" +
                     std::string(kMaxLineBytes, 'x') + "\"}";
   auto r = decode_job_message(big);
   REQUIRE_FALSE(r.ok());

@@ -75,3 +75,22 @@ TEST_CASE("describe_exit names the first failing rank") {
   }));
   CHECK(describe_exit(context) == expected);
 }
+
+TEST_CASE("the causes that have their own budgets outrank a crash, and a notice outranks them") {
+  ExitContext c = ctx({code(0, 1)});
+  CHECK(classify_exit(c) == ExitClass::kCrash);
+  c.node_lost = true;
+  CHECK(classify_exit(c) == ExitClass::kInfrastructure);
+  c.save_out_of_space = true;
+  CHECK(classify_exit(c) == ExitClass::kNoSpace);
+  CHECK_THAT(describe_exit(c), Catch::Contains("disk full"));
+  c.resume_failed = true;
+  CHECK(classify_exit(c) == ExitClass::kResumeFailed);
+  c.resize = true;
+  CHECK(classify_exit(c) == ExitClass::kResize);
+  c.notice_active = true;
+  CHECK(classify_exit(c) == ExitClass::kPreempted);
+  CHECK(exit_class_name(ExitClass::kNoSpace) == "no_space");
+  CHECK(exit_class_name(ExitClass::kResumeFailed) == "resume_failed");
+  CHECK(exit_class_name(ExitClass::kResize) == "resize");
+}

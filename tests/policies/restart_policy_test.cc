@@ -212,3 +212,19 @@ TEST_CASE("an exhausted budget wins over a fallback") {
   CHECK_THAT(d.reason, Catch::StartsWith("crash: restart budget exhausted"));
   CHECK_THAT(d.reason, Catch::Contains("resumed from step 500"));
 }
+
+TEST_CASE("no_space and resume_failed have budgets of their own; a resize needs none") {
+  RestartPolicyOptions o{{1, std::chrono::hours(1)}, {1, std::chrono::hours(1)},
+                         {1, std::chrono::hours(1)}, {1, std::chrono::hours(1)}, 0,
+                         {2, std::chrono::hours(1)}, {1, std::chrono::hours(1)}};
+  RestartPolicy p(o);
+  const shardguard::SteadyTime t0{};
+  CHECK(p.on_exit(ExitClass::kCrash, t0, 10, std::nullopt).restart);
+  CHECK(p.on_exit(ExitClass::kNoSpace, t0, 10, std::nullopt).restart);
+  CHECK(p.on_exit(ExitClass::kNoSpace, t0, 10, std::nullopt).restart);
+  auto third = p.on_exit(ExitClass::kNoSpace, t0, 10, std::nullopt);
+  CHECK_FALSE(third.restart);
+  CHECK_THAT(third.reason, Catch::StartsWith("no_space: restart budget exhausted"));
+  CHECK(p.on_exit(ExitClass::kResumeFailed, t0, 10, std::nullopt).restart);
+  for (int i = 0; i < 5; ++i) CHECK(p.on_exit(ExitClass::kResize, t0, 10, 10).restart);
+}

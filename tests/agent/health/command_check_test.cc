@@ -12,8 +12,11 @@
 
 #include "agent/health/disk_check.h"
 #include "agent/health/health_setup.h"
+#include "io/deps.h"
 #include "io/event_loop.h"
+#include "io/http_client.h"
 #include "io/process.h"
+#include "io/thread_worker.h"
 #include "tests/support/temp_dir.h"
 
 using namespace std::chrono_literals;
@@ -29,7 +32,15 @@ struct CommandFixture {
   io::EventLoop loop;
   io::AsioTimerFactory timers{loop};
   io::PosixProcessLauncher launcher{loop};
+  io::BeastHttpClient http{loop};
+  SeededRandom random{1};
+  io::ThreadWorker worker{loop};
   TempDir dir;
+
+  // The dependency bundle with `clock` as the clock and the timers.
+  io::Deps deps(FakeClock& clock) {
+    return io::Deps{loop, clock, clock, PosixFilesystem::instance(), launcher, http, random, worker};
+  }
 
   CommandFixture() { REQUIRE(io::become_child_subreaper().ok()); }
 
@@ -160,8 +171,7 @@ TEST_CASE("health setup: the configured checks, run once on fake inputs", "[inte
   cmd.name = "ok";
   cmd.argv = {"true"};
   s.commands.push_back(cmd);
-  auto monitor = make_health_monitor(
-      s, HealthEnv{f.loop, clock, clock, PosixFilesystem::instance(), f.launcher, nullptr});
+  auto monitor = make_health_monitor(s, f.deps(clock));
   bool unhealthy = false;
   monitor->start([&](auto) { unhealthy = true; });
   clock.advance(0s);
@@ -179,8 +189,5 @@ TEST_CASE("health setup: the configured checks, run once on fake inputs", "[inte
   CHECK(dynamic_cast<DiskCheck*>(monitor->find("disk")) != nullptr);
   HealthSettings off;
   off.enabled = false;
-  CHECK(make_health_monitor(
-            off, HealthEnv{f.loop, clock, clock, PosixFilesystem::instance(), f.launcher, nullptr})
-            ->status()
-            .empty());
+  CHECK(make_health_monitor(off, f.deps(clock))->status().empty());
 }

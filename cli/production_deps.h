@@ -1,0 +1,31 @@
+// The real dependency bundle (io/deps.h), built here and nowhere else: the Asio loop and
+// timers, the real clock and filesystem, fork/exec processes, Beast HTTP, a seeded random
+// source and a worker for slow work.
+#pragma once
+
+#include <memory>
+
+#include "io/deps.h"
+
+namespace shardguard::io {
+class EventLoop;
+}
+
+namespace shardguard::cli {
+
+class ProductionDeps {
+ public:
+  ProductionDeps();
+  ~ProductionDeps();
+  ProductionDeps(const ProductionDeps&) = delete;
+  ProductionDeps& operator=(const ProductionDeps&) = delete;
+
+  const io::Deps& deps() const;
+  io::EventLoop& loop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardguard::cli

@@ -1,0 +1,385 @@
+// The AttemptMachine's nodes and attempts: who is a member, when an epoch launches and on which
+// nodes, when it is torn down, how its end is classified, and whether and when to relaunch.
+#include "supervisor/attempt_machine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "core/exit_codes.h"
+#include "core/units.h"
+#include "supervisor/attempt_machine_impl.h"
+
+namespace shardguard::supervisor {
+
+double to_seconds(Duration d) { return std::chrono::duration<double>(d).count(); }
+std::string seconds_text(Duration d) { return format_duration(d); }
+
+std::string_view phase_name(Phase p) {
+  switch (p) {
+    case Phase::kPending: return "pending";
+    case Phase::kLaunching: return "launching";
+    case Phase::kRunning: return "running";
+    case Phase::kCheckpointing: return "checkpointing";
+    case Phase::kDraining: return "draining";
+    case Phase::kStopping: return "stopping";
+    case Phase::kBackoff: return "backoff";
+    case Phase::kSucceeded: return "succeeded";
+    case Phase::kFailed: return "failed";
+    case Phase::kPreempted: return "preempted";
+  }
+  return "unknown";
+}
+
+// ---- membership ------------------------------------------------------------------------
+
+std::vector<NodeId> AttemptMachine::Impl::placeable_nodes() const {
+  std::vector<NodeId> out;
+  for (const auto& m : members)
+    if (m.alive && !m.leaving && out.size() < cfg.max_nodes) out.push_back(m.node);
+  return out;
+}
+
+uint32_t AttemptMachine::Impl::alive_members() const {
+  return static_cast<uint32_t>(
+      std::count_if(members.begin(), members.end(), [](const NodeMember& m) { return m.alive; }));
+}
+
+bool AttemptMachine::Impl::in_current_attempt(Epoch e) const {
+  return attempt && attempt->epoch == e && attempt->launched;
+}
+
+bool AttemptMachine::Impl::all_ranks_exited() const {
+  return attempt && std::all_of(attempt->ranks.begin(), attempt->ranks.end(),
+                                [](const RankView& r) { return r.exit.has_value(); });
+}
+
+void AttemptMachine::Impl::on(Now now, const event::NodeJoined& e) {
+  auto it = std::find_if(members.begin(), members.end(),
+                         [&](const NodeMember& m) { return m.node == e.node; });
+  if (it == members.end()) {
+    members.push_back({e.node, e.address, true, false});
+  } else {
+    it->alive = true;
+    it->leaving = false;
+    it->address = e.address;
+  }
+  record("node_joined", {{"node", uint64_t{e.node}}, {"address", e.address},
+                         {"nodes", uint64_t{alive_members()}}});
+  if (phase == Phase::kPending) maybe_begin(now);
+}
+
+void AttemptMachine::Impl::on(Now now, const event::NodeLost& e) {
+  auto it = std::find_if(members.begin(), members.end(),
+                         [&](const NodeMember& m) { return m.node == e.node; });
+  if (it == members.end() || !it->alive) return;
+  it->alive = false;
+  record("node_lost", {{"node", uint64_t{e.node}}, {"why", e.why},
+                       {"nodes", uint64_t{alive_members()}}});
+  if (!attempt || !attempt->launched) return;
+  const bool placed = std::any_of(attempt->layout.begin(), attempt->layout.end(),
+                                  [&](const NodeSlot& s) { return s.node == e.node; });
+  if (!placed || attempt->nodes_stopped.contains(e.node)) return;
+  // Its ranks are gone or out of reach: waiting for them would only stall the survivors.
+  attempt->nodes_stopped.insert(e.node);
+  attempt->node_lost = true;
+  if (!attempt->tearing_down) return begin_teardown(now, "node " + std::to_string(e.node) + " lost: " + e.why);
+  if (attempt->nodes_stopped.size() >= attempt->layout.size()) attempt_ended(now);
+}
+
+void AttemptMachine::Impl::maybe_begin(Now now) {
+  if (finished || phase != Phase::kPending) return;
+  const size_t n = placeable_nodes().size();
+  if (n >= cfg.max_nodes || (n >= cfg.min_nodes && cfg.join_window.count() <= 0)) {
+    return begin_attempt(now);
+  }
+  if (n >= cfg.min_nodes) {
+    if (!armed.contains(TimerId::kJoinWindow)) arm(TimerId::kJoinWindow, now.steady + cfg.join_window);
+    return;
+  }
+  if (!armed.contains(TimerId::kRendezvous))
+    arm(TimerId::kRendezvous, now.steady + cfg.rendezvous_timeout);
+}
+
+// ---- attempts --------------------------------------------------------------------------
+
+void AttemptMachine::Impl::begin_attempt(Now now) {
+  cancel(TimerId::kJoinWindow);
+  cancel(TimerId::kRendezvous);
+  phase = Phase::kLaunching;
+  attempt.emplace();
+  attempt->epoch = epoch;
+  attempt->start = now.steady;
+  out.push_back(command::FindResume{epoch, skip_steps});
+}
+
+void AttemptMachine::Impl::on(Now now, const event::ResumeFound& e) {
+  if (finished || !attempt || attempt->epoch != e.epoch || attempt->launched) return;
+  const std::vector<NodeId> nodes = placeable_nodes();
+  if (nodes.size() < cfg.min_nodes) {  // lost one while looking for the checkpoint
+    attempt.reset();
+    phase = Phase::kPending;
+    return maybe_begin(now);
+  }
+  AttemptState& a = *attempt;
+  a.launched = true;
+  a.start = now.steady;
+  a.resume_step = e.step;
+  a.resume_manifest = e.manifest;
+  // What a resume starts from counts as committed for "lost steps" and "last committed".
+  if (e.step && (!any_committed || *e.step > last_committed)) {
+    last_committed = *e.step;
+    any_committed = true;
+  }
+  command::Launch launch;
+  launch.epoch = a.epoch;
+  launch.nproc_per_node = cfg.nproc_per_node;
+  for (uint32_t i = 0; i < nodes.size(); ++i)
+    a.layout.push_back({nodes[i], i, i * cfg.nproc_per_node, cfg.nproc_per_node});
+  a.world_size = static_cast<uint32_t>(nodes.size()) * cfg.nproc_per_node;
+  a.ranks.assign(a.world_size, RankView{});
+  launch.world_size = a.world_size;
+  launch.nodes = a.layout;
+  auto first = std::find_if(members.begin(), members.end(),
+                            [&](const NodeMember& m) { return m.node == nodes.front(); });
+  launch.master_addr = first->address.empty() ? cfg.master_addr : first->address;
+  uint32_t port = uint32_t{cfg.master_port} + static_cast<uint32_t>(a.epoch % kMasterPortSpan);
+  if (port > 65535) port -= kMasterPortSpan;
+  launch.master_port = static_cast<uint16_t>(port);
+  launch.resume_step = e.step;
+  launch.resume_manifest = e.manifest;
+  out.push_back(launch);
+  std::string node_list;
+  for (NodeId n : nodes) node_list += (node_list.empty() ? "" : ",") + std::to_string(n);
+  record("launch", {{"attempt", a.epoch},
+                    {"nproc", uint64_t{a.world_size}},
+                    {"nodes", node_list},
+                    {"master_port", uint64_t{launch.master_port}},
+                    {"resume_step", e.step ? int64_t(*e.step) : int64_t{-1}},
+                    {"resume_manifest", e.manifest}});
+  arm_health(now);
+  arm_periodic(now);
+}
+
+void AttemptMachine::Impl::on(Now, const event::NodeLaunched& e) {
+  if (!in_current_attempt(e.epoch)) return;
+  attempt->nodes_launched.insert(e.node);
+  if (phase == Phase::kLaunching && attempt->nodes_launched.size() >= attempt->layout.size())
+    phase = Phase::kRunning;
+}
+
+void AttemptMachine::Impl::on(Now now, const event::LaunchFailed& e) {
+  if (!in_current_attempt(e.epoch)) return;
+  record("launch_failed", {{"attempt", e.epoch}, {"node", uint64_t{e.node}}, {"error", e.error},
+                           {"transient", e.transient}});
+  if (!e.transient) {
+    // The command cannot start at all: restarting will not help.
+    attempt->launch_error = e.error;
+    return begin_teardown(now, "launch failed on node " + std::to_string(e.node) + ": " + e.error);
+  }
+  attempt->exits.push_back({0, false, -1, 0});
+  attempt->node_lost = true;  // counted against the infrastructure budget
+  begin_teardown(now, "launch failed on node " + std::to_string(e.node) + ": " + e.error);
+}
+
+void AttemptMachine::Impl::on(Now, const event::RankHello& e) {
+  if (!in_current_attempt(e.epoch) || e.rank >= attempt->world_size) return;
+  RankView& r = attempt->ranks[e.rank];
+  r.hello = true;
+  r.pid = e.pid;
+  record("hello", {{"attempt", e.epoch}, {"rank", uint64_t{e.rank}}, {"pid", e.pid}});
+}
+
+void AttemptMachine::Impl::on(Now now, const event::RankExited& e) {
+  if (!in_current_attempt(e.epoch) || e.rank >= attempt->world_size) return;
+  RankView& r = attempt->ranks[e.rank];
+  if (r.exit) return;
+  r.exit = e;
+  r.saving.reset();
+  record("rank_exit", {{"attempt", e.epoch}, {"rank", uint64_t{e.rank}},
+                       {"status", e.description}, {"killed_by_us", e.during_teardown}});
+  if (!e.during_teardown) attempt->exits.push_back({e.rank, e.signaled, e.code, e.signal});
+  if (attempt->tearing_down) return;
+  const bool success = !e.signaled && e.code == 0;
+  const bool stopped_after_save = !e.signaled && e.code == kJobExitAfterEmergency;
+  const std::string what = "rank " + std::to_string(e.rank) + " " + e.description;
+  if (phase == Phase::kDraining) {
+    if (all_ranks_exited()) begin_teardown(now, "every rank exited");
+    return;
+  }
+  if (phase == Phase::kCheckpointing && !stopped_after_save) {
+    // The emergency checkpoint cannot commit without this rank: do not wait for the deadline.
+    emergency->failure = what + " during the emergency checkpoint";
+    return begin_teardown(now, emergency->failure);
+  }
+  if (!success && !stopped_after_save) return begin_teardown(now, what);
+  if (all_ranks_exited()) begin_teardown(now, "every rank exited");
+}
+
+void AttemptMachine::Impl::on(Now now, const event::NodeStopped& e) {
+  if (!attempt || attempt->epoch != e.epoch || !attempt->tearing_down) return;
+  attempt->nodes_stopped.insert(e.node);
+  if (attempt->nodes_stopped.size() >= attempt->layout.size()) attempt_ended(now);
+}
+
+void AttemptMachine::Impl::begin_teardown(Now now, const std::string& why) {
+  if (!attempt || attempt->tearing_down) return;
+  attempt->tearing_down = true;
+  for (TimerId t : {TimerId::kHealth, TimerId::kPeriodic, TimerId::kDrain, TimerId::kDeadline})
+    cancel(t);
+  if (request && request->kind != CheckpointKind::kEmergency) request.reset();
+  phase = Phase::kStopping;
+  record("teardown", {{"attempt", attempt->epoch}, {"why", why}});
+  if (!attempt->launched || attempt->nodes_stopped.size() >= attempt->layout.size())
+    return attempt_ended(now);
+  out.push_back(command::TearDown{attempt->epoch, why});
+  arm(TimerId::kStopTimeout, now.steady + cfg.stop_timeout);
+}
+
+void AttemptMachine::Impl::attempt_ended(Now now) {
+  cancel(TimerId::kStopTimeout);
+  AttemptState a = std::move(*attempt);
+  attempt.reset();
+  request.reset();
+  if (finished) return;
+  running_time += now.steady - a.start;
+
+  policies::ExitContext ctx;
+  ctx.exits = a.exits;
+  ctx.notice_active = emergency.has_value();
+  ctx.hang_detected = a.hang_detected;
+  ctx.node_unhealthy = node_unhealthy;
+  ctx.torn_down_by_us = std::any_of(a.ranks.begin(), a.ranks.end(), [](const RankView& r) {
+    return r.exit && r.exit->during_teardown;
+  });
+  ctx.node_lost = a.node_lost;
+  ctx.save_out_of_space = a.save_out_of_space;
+  ctx.resume_failed = a.resume_failed;
+  ctx.resize = a.resize;
+  ctx.preemption_exit_codes = cfg.preemption_exit_codes;
+  const policies::ExitClass cls = policies::classify_exit(ctx);
+  const std::string detail = policies::describe_exit(ctx);
+  const uint64_t base = std::max(a.resume_step.value_or(0), a.committed.value_or(0));
+  const uint64_t lost = cls == policies::ExitClass::kSuccess || a.max_step <= base ? 0 : a.max_step - base;
+  lost_steps += lost;
+  last_attempt_lost = lost;
+  record("attempt_end", {{"attempt", a.epoch},
+                         {"class", std::string(policies::exit_class_name(cls))},
+                         {"detail", detail},
+                         {"seconds", to_seconds(now.steady - a.start)},
+                         {"max_step", a.max_step},
+                         {"lost_steps", lost}});
+
+  if (a.launch_error) {
+    return finish(now, command::FinalState::kFailed, kExitFailure,
+                  "the command cannot start: " + *a.launch_error);
+  }
+  if (emergency) {
+    // The notified nodes leave; the job goes on without them when enough nodes remain
+    // (elastic), else the whole job stops here and the scheduler requeues it.
+    const bool elastic = cfg.max_nodes > 1 && emergency->preemption;
+    if (elastic)
+      for (auto& m : members)
+        if (emergency->nodes.contains(m.node)) m.leaving = true;
+    if (!elastic || placeable_nodes().size() < cfg.min_nodes)
+      return finish(now, command::FinalState::kPreempted, kExitPreempted, emergency_summary());
+    record("shrink", {{"nodes", uint64_t(placeable_nodes().size())},
+                      {"why", "notified nodes leave: " + emergency->reason}});
+    emergency.reset();
+    return relaunch_after(now, policies::ExitClass::kPreempted, "preempted: nodes left", detail, a);
+  }
+  if (cls == policies::ExitClass::kSuccess)
+    return finish(now, command::FinalState::kSucceeded, kExitOk, "every rank exited 0");
+  relaunch_after(now, cls, "", detail, a);
+}
+
+void AttemptMachine::Impl::relaunch_after(Now now, policies::ExitClass cls, const std::string& why,
+                                          const std::string& detail, const AttemptState& a) {
+  const std::string name(policies::exit_class_name(cls));
+  const auto decision = policy.on_exit(cls, now.steady, a.resume_step, a.committed);
+  if (!decision.restart) {
+    record("give_up", {{"attempt", a.epoch}, {"class", name}, {"why", decision.reason}});
+    hook("give_up", {{"class", name}, {"reason", decision.reason}, {"detail", detail}});
+    return finish(now, command::FinalState::kFailed, kExitGaveUp, decision.reason);
+  }
+  restarts[name]++;
+  if (decision.use_previous_checkpoint && a.resume_step) skip_steps.push_back(*a.resume_step);
+  if (cls != policies::ExitClass::kPreempted && cls != policies::ExitClass::kResize)
+    failure_rate.record_failure(now.steady);
+  if (now.steady - a.start >= cfg.healthy_after) backoff.reset();
+  const Duration delay = cls == policies::ExitClass::kResize ? Duration{0} : backoff.next();
+  const std::string reason = why.empty() ? decision.reason : why;
+  record("backoff", {{"attempt", a.epoch}, {"seconds", to_seconds(delay)}, {"why", reason}});
+  hook("restart", {{"class", name}, {"reason", reason}, {"detail", detail}});
+  ++epoch;
+  phase = Phase::kBackoff;
+  arm(TimerId::kBackoff, now.steady + delay);
+}
+
+void AttemptMachine::Impl::finish(Now, command::FinalState state, int code,
+                                  const std::string& summary) {
+  if (finished) return;
+  finished = true;
+  exit_code = code;
+  phase = state == command::FinalState::kSucceeded   ? Phase::kSucceeded
+          : state == command::FinalState::kPreempted ? Phase::kPreempted
+                                                     : Phase::kFailed;
+  for (TimerId t : std::set<TimerId>(armed)) cancel(t);
+  record("finish", {{"state", std::string(command::final_state_name(state))},
+                    {"exit_code", int64_t{code}},
+                    {"attempts", epoch + 1},
+                    {"summary", summary}});
+  out.push_back(command::Finish{state, code, summary});
+}
+
+// ---- the public face -------------------------------------------------------------------
+
+AttemptMachine::AttemptMachine(MachineConfig config, std::function<double()> uniform01)
+    : impl_(std::make_unique<Impl>(std::move(config), std::move(uniform01))) {}
+AttemptMachine::~AttemptMachine() = default;
+
+Commands AttemptMachine::start(Now now, Epoch first_epoch) {
+  Impl& m = *impl_;
+  m.out.clear();
+  m.job_start = now.steady;
+  m.epoch = first_epoch;
+  m.failure_rate.set_start(now.steady);
+  m.maybe_begin(now);
+  return std::move(m.out);
+}
+
+Commands AttemptMachine::handle(Now now, const Event& event) {
+  Impl& m = *impl_;
+  m.out.clear();
+  if (!m.finished) std::visit([&](const auto& e) { m.on(now, e); }, event);
+  return std::move(m.out);
+}
+
+Phase AttemptMachine::phase() const { return impl_->phase; }
+bool AttemptMachine::finished() const { return impl_->finished; }
+int AttemptMachine::exit_code() const { return impl_->exit_code; }
+Epoch AttemptMachine::epoch() const { return impl_->epoch; }
+const MachineConfig& AttemptMachine::config() const { return impl_->cfg; }
+uint64_t AttemptMachine::step_margin(Now now) const { return impl_->margin(now); }
+
+MachineStats AttemptMachine::stats(Now now) const {
+  const Impl& m = *impl_;
+  MachineStats s;
+  s.epoch = m.epoch;
+  s.last_committed_step = m.last_committed;
+  s.any_committed = m.any_committed;
+  s.lost_steps = m.lost_steps;
+  s.checkpoints = m.checkpoints;
+  s.checkpoint_seconds = m.checkpoint_seconds;
+  s.restarts = m.restarts;
+  s.nodes = m.alive_members();
+  s.running_time = m.running_time;
+  if (m.attempt) {
+    s.max_step = m.attempt->max_step;
+    s.world_size = m.attempt->world_size;
+    if (m.attempt->launched) s.running_time += now.steady - m.attempt->start;
+  }
+  return s;
+}
+
+}  // namespace shardguard::supervisor

@@ -1,0 +1,133 @@
+// AttemptMachine: every decision of the supervisor, and nothing else (DESIGN.md section 6).
+// Events in (nodes joining and leaving, ranks starting, heartbeating, saving, exiting, notices,
+// timers), commands out (find the resume checkpoint, launch epoch E with this layout, tear
+// down, checkpoint_now, arm a timer, record, give up). Time is an argument of every call; it
+// does no I/O and reads no clock, so the same machine drives one node, many nodes and the fleet
+// simulator, and unit tests drive it with made-up time.
+//
+// The emergency step is chosen here, once, for every rank of the job: the highest step any rank
+// reported plus a margin for the request's delivery; a rank already past it reports `passed`
+// and the machine re-issues checkpoint_now with a new at_step for all ranks, so lag never splits
+// the emergency step. The earliest deadline of all notices wins.
+//
+// Thread-safety: none; one machine belongs to one loop.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "policies/backoff.h"
+#include "policies/checkpoint_interval.h"
+#include "policies/restart_policy.h"
+#include "supervisor/machine_events.h"
+
+namespace shardguard::supervisor {
+
+using IntervalMode = policies::IntervalMode;
+
+struct MachineConfig {
+  // Layout. min_nodes..max_nodes nodes of nproc_per_node ranks each.
+  uint32_t nproc_per_node = 1;
+  uint32_t min_nodes = 1;
+  uint32_t max_nodes = 1;
+  // Enough nodes (>= min) are here: wait this long for more (up to max) before launching.
+  Duration join_window = std::chrono::seconds(0);
+  // Fewer than min_nodes this long: give up with exit 75 so the scheduler requeues the job.
+  Duration rendezvous_timeout = std::chrono::minutes(10);
+  std::string master_addr = "127.0.0.1";  // used when the node hosting rank 0 gave none
+  uint16_t master_port = 29500;           // epoch E uses master_port + E % kMasterPortSpan
+
+  // Restarts.
+  policies::RestartPolicyOptions restart{{3, std::chrono::hours(1)},
+                                         {3, std::chrono::hours(1)},
+                                         {5, std::chrono::hours(1)},
+                                         {100, std::chrono::hours(24)},
+                                         3,
+                                         {3, std::chrono::hours(1)},
+                                         {8, std::chrono::hours(1)}};
+  policies::BackoffOptions backoff{std::chrono::seconds(1), std::chrono::minutes(5), 2.0, 0.2};
+  Duration healthy_after = std::chrono::minutes(10);  // a run this long resets the backoff
+  std::vector<int> preemption_exit_codes = {75};
+
+  // Health.
+  Duration hang_timeout = std::chrono::minutes(5);     // heartbeat older than this: hang
+  Duration startup_timeout = std::chrono::seconds(0);  // 0: no limit before the first
+  Duration commit_timeout = std::chrono::minutes(10);  // extra slack while a rank saves
+  // A node that does not confirm its ranks are gone this long after a teardown is lost.
+  Duration stop_timeout = std::chrono::seconds(30);
+
+  // Emergencies.
+  Duration safety_margin = std::chrono::seconds(2);  // ranks must be done this long before
+  Duration drain_wait = std::chrono::seconds(10);    // ranks' exit after the emergency commit
+  // How long a checkpoint request may take to reach every rank (heartbeat age + delivery):
+  // at_step leaves room for the steps run meanwhile.
+  Duration request_latency = std::chrono::milliseconds(300);
+
+  // Time-based checkpoints (kSteps is the clients' own schedule).
+  IntervalMode interval_mode = IntervalMode::kSteps;
+  Duration every = std::chrono::minutes(30);  // kTime
+  Duration mtbf = std::chrono::hours(4);      // kAuto: prior for the failure rate
+};
+
+inline constexpr uint16_t kMasterPortSpan = 100;
+
+// Where the machine stands; names are those of `shardguard status`.
+enum class Phase {
+  kPending,        // waiting for enough nodes
+  kLaunching,      // finding the resume checkpoint and starting ranks
+  kRunning,
+  kCheckpointing,  // an emergency checkpoint is being taken
+  kDraining,       // the emergency checkpoint committed; ranks are exiting
+  kStopping,       // tearing down an attempt
+  kBackoff,
+  kSucceeded,
+  kFailed,
+  kPreempted,
+};
+std::string_view phase_name(Phase phase);
+
+// Figures for metrics and status.
+struct MachineStats {
+  Epoch epoch = 0;
+  uint64_t last_committed_step = 0;  // 0: none
+  bool any_committed = false;
+  uint64_t lost_steps = 0;           // counted from the resume step of each attempt
+  uint64_t checkpoints = 0;
+  double checkpoint_seconds = 0;
+  std::map<std::string, uint64_t> restarts;  // by exit class name
+  uint64_t max_step = 0;                     // highest step reported in this attempt
+  uint32_t nodes = 0;                        // members now
+  uint32_t world_size = 0;                   // of the current attempt
+  Duration running_time{};                   // summed over attempts (ranks launched)
+};
+
+class AttemptMachine {
+ public:
+  // `uniform01` is the backoff's jitter source (values in [0, 1]); tests pass a fixed one.
+  AttemptMachine(MachineConfig config, std::function<double()> uniform01);
+  ~AttemptMachine();
+  AttemptMachine(const AttemptMachine&) = delete;
+  AttemptMachine& operator=(const AttemptMachine&) = delete;
+
+  // Begins the job; epochs start at `first_epoch` (they keep growing across runs on one
+  // checkpoint directory so fencing can tell a zombie of an earlier run). Nodes join by events.
+  Commands start(Now now, Epoch first_epoch);
+  // Feeds one event; returns what to do, in order.
+  Commands handle(Now now, const Event& event);
+
+  Phase phase() const;
+  bool finished() const;
+  int exit_code() const;  // valid once finished()
+  Epoch epoch() const;
+  MachineStats stats(Now now) const;
+  const MachineConfig& config() const;
+  // Steps a checkpoint request leaves for delivery, from the observed step rate.
+  uint64_t step_margin(Now now) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace shardguard::supervisor

@@ -1,0 +1,186 @@
+// Internal to the AttemptMachine: its state, shared by the .cc files that implement it
+// (attempt_machine.cc: nodes and attempts; machine_checkpoints.cc: checkpoint requests,
+// commits and emergencies; machine_health.cc: hangs and timers).
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "policies/checkpoint_interval.h"
+#include "policies/exit_class.h"
+#include "supervisor/attempt_machine.h"
+
+namespace shardguard::supervisor {
+
+struct RankView {
+  bool hello = false;
+  int64_t pid = 0;
+  bool heartbeated = false;
+  uint64_t step = 0;
+  SteadyTime last_heartbeat{};
+  std::optional<uint64_t> saving;  // step of a save begun and not yet over
+  std::optional<event::RankExited> exit;
+};
+
+struct NodeMember {
+  NodeId node = 0;
+  std::string address;
+  bool alive = true;
+  bool leaving = false;  // notified of its own preemption: not placed in later epochs
+};
+
+// One epoch of the job: from FindResume to the last node's NodeStopped.
+struct AttemptState {
+  Epoch epoch = 0;
+  SteadyTime start{};
+  bool launched = false;  // the Launch command went out
+  std::vector<NodeSlot> layout;
+  uint32_t world_size = 0;
+  std::optional<uint64_t> resume_step;
+  std::string resume_manifest;
+  std::vector<RankView> ranks;  // index = global rank
+  std::set<NodeId> nodes_launched, nodes_stopped;
+  bool tearing_down = false;
+  bool hang_detected = false;
+  bool node_lost = false;
+  bool resize = false;
+  bool save_out_of_space = false;
+  bool resume_failed = false;
+  std::optional<std::string> launch_error;  // the command cannot start: give up
+  std::optional<uint64_t> committed;  // newest step committed in this attempt
+  std::optional<uint64_t> first_step;
+  SteadyTime first_step_time{};
+  uint64_t max_step = 0;
+  bool ranks_ready = false;
+  std::vector<policies::RankExit> exits;  // ranks that ended on their own, in order
+};
+
+// A checkpoint request in flight (emergency, periodic or advisory).
+struct PendingRequest {
+  CheckpointKind kind = CheckpointKind::kPeriodic;
+  uint64_t at_step = 0;
+  WallTime deadline{};
+  std::string reason;
+};
+
+struct EmergencyState {
+  std::string reason;
+  NodeId node = 0;
+  std::set<NodeId> nodes;       // every node that sent a stop notice
+  WallTime deadline{};          // the earliest of all notices
+  bool preemption = true;
+  std::vector<uint64_t> notice_ids;  // acknowledged once the checkpoint commits
+  std::optional<uint64_t> committed_step;
+  std::string failure;          // why the emergency checkpoint did not commit, when known
+  bool requested = false;       // checkpoint_now went out in this attempt
+};
+
+struct AttemptMachine::Impl {
+  MachineConfig cfg;
+  policies::RestartPolicy policy;
+  policies::ExponentialBackoff backoff;
+  policies::CheckpointCostEstimator cost;
+  policies::FailureRateEstimator failure_rate;
+
+  Phase phase = Phase::kPending;
+  bool finished = false;
+  int exit_code = 0;
+  Epoch epoch = 0;
+  SteadyTime job_start{};
+  std::vector<NodeMember> members;  // join order
+  std::optional<AttemptState> attempt;
+  std::optional<PendingRequest> request;
+  std::optional<EmergencyState> emergency;
+  std::vector<uint64_t> skip_steps;  // checkpoints not to resume from (no progress)
+  bool node_unhealthy = false;
+  std::map<uint64_t, SteadyTime> save_begin;
+  std::set<TimerId> armed;
+
+  // Stats.
+  uint64_t last_committed = 0;
+  bool any_committed = false;
+  uint64_t lost_steps = 0;
+  uint64_t last_attempt_lost = 0;  // steps lost by the attempt that ended last
+  uint64_t checkpoints = 0;
+  double checkpoint_seconds = 0;
+  std::map<std::string, uint64_t> restarts;
+  Duration running_time{};
+
+  Commands out;  // filled by the handlers of one call
+
+  Impl(MachineConfig c, std::function<double()> uniform01)
+      : cfg(std::move(c)), policy(cfg.restart), backoff(cfg.backoff, std::move(uniform01)) {}
+
+  // --- output helpers -------------------------------------------------------------------
+  void record(std::string type, EventFields fields) {
+    out.push_back(command::Record{std::move(type), std::move(fields)});
+  }
+  void hook(std::string event, std::map<std::string, std::string> fields) {
+    out.push_back(command::Hook{std::move(event), std::move(fields)});
+  }
+  void arm(TimerId id, SteadyTime at) {
+    armed.insert(id);
+    out.push_back(command::ArmTimer{id, at});
+  }
+  void cancel(TimerId id) {
+    if (armed.erase(id) != 0) out.push_back(command::CancelTimer{id});
+  }
+
+  // --- attempt_machine.cc ---------------------------------------------------------------
+  void on(Now, const event::NodeJoined&);
+  void on(Now, const event::NodeLost&);
+  void on(Now, const event::ResumeFound&);
+  void on(Now, const event::NodeLaunched&);
+  void on(Now, const event::LaunchFailed&);
+  void on(Now, const event::RankHello&);
+  void on(Now, const event::RankExited&);
+  void on(Now, const event::NodeStopped&);
+  void maybe_begin(Now now);
+  void begin_attempt(Now now);
+  void begin_teardown(Now now, const std::string& why);
+  void attempt_ended(Now now);
+  void relaunch_after(Now now, policies::ExitClass cls, const std::string& why,
+                      const std::string& detail, const AttemptState& ended);
+  void finish(Now now, command::FinalState state, int code, const std::string& summary);
+  std::vector<NodeId> placeable_nodes() const;
+  uint32_t alive_members() const;
+  bool in_current_attempt(Epoch e) const;
+  bool all_ranks_exited() const;
+
+  // --- machine_checkpoints.cc -----------------------------------------------------------
+  void on(Now, const event::Heartbeats&);
+  void on(Now, const event::SaveBegan&);
+  void on(Now, const event::Committed&);
+  void on(Now, const event::SaveFailed&);
+  void on(Now, const event::Passed&);
+  void on(Now, const event::ResumeFailed&);
+  void on(Now, const event::Notice&);
+  void on(Now, const event::NodeUnhealthy&);
+  void request_checkpoint(Now now, CheckpointKind kind, const std::string& reason,
+                          WallTime deadline);
+  void issue(Now now, const std::string& note);
+  void start_emergency(Now now, const event::Notice& n);
+  void arm_deadline(Now now);
+  void emergency_committed(Now now, uint64_t step);
+  std::string emergency_summary() const;
+  uint64_t margin(Now now) const;
+  uint64_t known_max_step() const;
+
+  // --- machine_health.cc ----------------------------------------------------------------
+  void on(Now, const event::TimerFired&);
+  void arm_health(Now now);
+  void check_health(Now now);
+  void arm_periodic(Now now);
+  Duration periodic_interval(Now now) const;
+};
+
+// Saturating addition: a hostile or buggy step near 2^64 must never wrap at_step to 0.
+inline uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+std::string seconds_text(Duration d);
+double to_seconds(Duration d);
+
+}  // namespace shardguard::supervisor

@@ -1,0 +1,334 @@
+#include "supervisor/node_runner.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <set>
+
+#include "checkpoint/catalog.h"
+#include "checkpoint/paths.h"
+#include "hooks/control_server.h"
+#include "io/event_loop.h"
+#include "supervisor/hang_report.h"
+#include "supervisor/rank_env.h"
+
+namespace shardguard::supervisor {
+namespace {
+
+using namespace std::chrono_literals;
+
+hooks::RequestKind to_wire(CheckpointKind k) {
+  switch (k) {
+    case CheckpointKind::kEmergency: return hooks::RequestKind::kEmergency;
+    case CheckpointKind::kPeriodic: return hooks::RequestKind::kPeriodic;
+    case CheckpointKind::kAdvisory: return hooks::RequestKind::kAdvisory;
+  }
+  return hooks::RequestKind::kEmergency;
+}
+
+bool transient_errno(int e) { return e == EMFILE || e == ENFILE || e == EAGAIN || e == ENOMEM; }
+
+}  // namespace
+
+std::string attempt_dir(const std::string& run_dir, Epoch epoch) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "attempt-%03llu", static_cast<unsigned long long>(epoch));
+  return join_path(run_dir, buf);
+}
+
+struct NodeRunner::Impl {
+  io::Deps d;
+  NodeRunnerOptions opt;
+  JobLauncher& launcher;
+  Report report;
+  RecordFn record;
+  std::unique_ptr<hooks::ControlServer> control;
+  std::unique_ptr<Timer> term_timer;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+
+  // The current epoch on this node.
+  bool active = false;
+  Epoch epoch = 0;
+  NodeSlot slot;
+  uint32_t world = 0;
+  std::set<uint32_t> running;  // global ranks not yet exited
+  std::set<uint32_t> hello;
+  bool tearing_down = false;
+  bool killing = false;
+  int hang_reports_pending = 0;
+  std::optional<command::CheckpointNow> request;
+
+  Impl(const io::Deps& deps, NodeRunnerOptions o, JobLauncher& l, Report r, RecordFn rec)
+      : d(deps), opt(std::move(o)), launcher(l), report(std::move(r)), record(std::move(rec)) {}
+
+  bool mine(uint32_t rank) const {
+    return active && rank >= slot.first_rank && rank < slot.first_rank + slot.nproc;
+  }
+
+  // ---- control socket ------------------------------------------------------------------
+
+  Status admit(const hooks::Hello& h) const {
+    if (!active || tearing_down) return Error(ErrorCode::kInvalid, "no attempt is running");
+    if (h.job_id != opt.config.job_id)
+      return Error(ErrorCode::kInvalid, "job '" + h.job_id + "' is not this job ('" +
+                                            opt.config.job_id + "')");
+    if (h.attempt != epoch)
+      return Error(ErrorCode::kInvalid, "attempt " + std::to_string(h.attempt) +
+                                            " is not the current one (" + std::to_string(epoch) + ")");
+    if (!mine(h.rank) || h.world_size != world)
+      return Error(ErrorCode::kInvalid, "rank " + std::to_string(h.rank) + " of " +
+                                            std::to_string(h.world_size) +
+                                            " is not a rank of this node in this attempt");
+    return {};
+  }
+
+  hooks::ControlServerOptions control_options() {
+    hooks::ControlServerOptions o;
+    o.socket_path = opt.control_socket;
+    o.admit = [this](const hooks::Hello& h, std::optional<pid_t>) { return admit(h); };
+    auto& e = o.events;
+    e.on_hello = [this](const hooks::RankStatus& r) {
+      hello.insert(r.rank);
+      report(event::RankHello{epoch, r.rank, r.pid});
+      if (request && request->epoch == epoch) send_request_to(r.rank);
+    };
+    e.on_heartbeat = [this](const hooks::RankStatus& r) {
+      report(event::Heartbeats{epoch, {{r.rank, r.step}}, std::nullopt});
+    };
+    e.on_checkpoint_begin = [this](uint32_t rank, uint64_t step) {
+      report(event::SaveBegan{epoch, rank, step});
+    };
+    e.on_committed = [this](uint32_t rank, uint64_t step, const std::string& claimed) {
+      verify_commit(rank, step, claimed);
+    };
+    e.on_failed = [this](uint32_t rank, uint64_t step, const std::string& error) {
+      const bool no_space = error.find("No space left") != std::string::npos ||
+                            error.find("Disk quota") != std::string::npos;
+      report(event::SaveFailed{epoch, rank, step, error, no_space});
+    };
+    e.on_passed = [this](uint32_t rank, uint64_t step) { report(event::Passed{epoch, rank, step}); };
+    e.on_resume_failed = [this](uint32_t rank, const hooks::ResumeFailed& f) {
+      report(event::ResumeFailed{epoch, rank, f.manifest, f.file, f.offset, f.error});
+    };
+    e.on_protocol_error = [](const std::string& problem) {
+      spdlog::warn("control socket: {}", problem);
+    };
+    return o;
+  }
+
+  hooks::CheckpointNow wire(const command::CheckpointNow& c) const {
+    return hooks::CheckpointNow{to_unix_ms(c.deadline), to_wire(c.kind), c.reason, c.at_step};
+  }
+
+  void send_request_to(uint32_t rank) {
+    (void)control->send_to(rank, wire(*request));
+    if (request->kind == CheckpointKind::kEmergency && opt.config.checkpoint_signal != 0)
+      launcher.signal(rank, opt.config.checkpoint_signal);
+  }
+
+  // A commit is believed only once its manifest is read back and matches.
+  void verify_commit(uint32_t rank, uint64_t step, const std::string& claimed) {
+    if (rank != 0) {
+      record("commit_claim_ignored", {{"rank", uint64_t{rank}}, {"step", step},
+                                      {"why", std::string("only rank 0 commits")}});
+      return;
+    }
+    const Epoch e = epoch;
+    const std::string dir = join_path(opt.config.checkpoint_dir, checkpoint::step_dir_name(step));
+    Filesystem& fs = d.fs;
+    const std::string job = opt.config.job_id;
+    std::weak_ptr<bool> weak = alive;
+    run_off_loop<Result<event::Committed>>(
+        d.worker,
+        [&fs, dir, step, e, job]() -> Result<event::Committed> {
+          auto entry = checkpoint::inspect_checkpoint(fs, dir, step, checkpoint::Verify::kSize);
+          if (entry.state != checkpoint::CheckpointState::kComplete || !entry.manifest)
+            return Error(ErrorCode::kCorrupt, "not complete: " + entry.reason);
+          const auto& m = *entry.manifest;
+          if (m.attempt != e)
+            return Error(ErrorCode::kFenced, "written by attempt " + std::to_string(m.attempt) +
+                                                 ", not " + std::to_string(e));
+          if (m.job_id != job)
+            return Error(ErrorCode::kCorrupt, "written by job '" + m.job_id + "'");
+          return event::Committed{e, step,
+                                  join_path(dir, std::string(checkpoint::kManifestName)),
+                                  m.total_bytes()};
+        },
+        [this, weak, step, claimed](Result<event::Committed> r) {
+          if (weak.expired()) return;
+          if (!r.ok()) {
+            spdlog::error("rank 0 claimed the commit of step {}, but {}", step, r.error().message());
+            record("commit_claim_rejected",
+                   {{"step", step}, {"manifest", claimed}, {"why", r.error().message()}});
+            return;
+          }
+          report(*r);
+        });
+  }
+
+  // ---- commands ------------------------------------------------------------------------
+
+  void launch(const command::Launch& l) {
+    const NodeSlot* mine_slot = nullptr;
+    for (const auto& s : l.nodes)
+      if (s.node == opt.node) mine_slot = &s;
+    if (mine_slot == nullptr) return;  // not placed in this epoch
+    control->reset_ranks();
+    active = true;
+    epoch = l.epoch;
+    slot = *mine_slot;
+    world = l.world_size;
+    running.clear();
+    hello.clear();
+    tearing_down = killing = false;
+    request.reset();
+    const std::string dir = attempt_dir(opt.run_dir, epoch);
+    if (auto st = d.fs.create_dirs(dir); !st.ok()) {
+      report(event::LaunchFailed{epoch, opt.node, st.error().message(), transient_errno(st.error().sys_errno())});
+      return;
+    }
+    RankEnvInputs in{opt.config, epoch, l.resume_manifest, control->socket_path()};
+    in.world_size = l.world_size;
+    in.local_world_size = slot.nproc;
+    in.node_rank = slot.node_rank;
+    in.nnodes = static_cast<uint32_t>(l.nodes.size());
+    in.master_addr = l.master_addr;
+    in.master_port = l.master_port;
+    std::vector<RankLaunch> ranks;
+    for (uint32_t local = 0; local < slot.nproc; ++local) {
+      RankLaunch r;
+      r.rank = slot.first_rank + local;
+      r.local_rank = local;
+      r.spec.argv = opt.config.command;
+      r.spec.env = rank_environment(in, r.rank, local);
+      r.spec.stdout_path = r.spec.stderr_path = join_path(dir, "rank-" + std::to_string(r.rank) + ".log");
+      ranks.push_back(std::move(r));
+      running.insert(slot.first_rank + local);
+    }
+    const Epoch e = epoch;
+    auto st = launcher.launch(e, std::move(ranks), [this, e](uint32_t rank, io::ExitStatus s) {
+      on_exit(e, rank, s);
+    });
+    if (!st.ok()) {
+      running.clear();
+      active = false;
+      report(event::LaunchFailed{e, opt.node, st.error().message(), transient_errno(st.error().sys_errno())});
+      return;
+    }
+    report(event::NodeLaunched{e, opt.node});
+  }
+
+  void on_exit(Epoch e, uint32_t rank, io::ExitStatus s) {
+    if (!active || e != epoch) return;
+    running.erase(rank);
+    report(event::RankExited{e, rank, s.signaled, s.code, s.signal, tearing_down, s.describe()});
+    if (tearing_down && running.empty()) kill_now();
+  }
+
+  void tear_down(const command::TearDown& t) {
+    if (!active || t.epoch != epoch) {
+      const Epoch e = t.epoch;
+      const NodeId node = opt.node;
+      d.loop.post([r = report, e, node] { r(event::NodeStopped{e, node}); });
+      return;
+    }
+    if (tearing_down) return;
+    tearing_down = true;
+    request.reset();
+    // A client exits at once on `stop`, saving nothing; whatever is left is killed after the
+    // term grace. Never SIGTERM: from outside, that means a notice.
+    control->send_all(hooks::Stop{to_unix_ms(d.clock.wall_now() + opt.config.term_grace)});
+    if (running.empty()) return kill_now();
+    term_timer->arm(opt.config.term_grace, [this] { kill_now(); });
+  }
+
+  void kill_now() {
+    if (killing || hang_reports_pending > 0) return;  // a report being taken finishes first
+    killing = true;
+    term_timer->cancel();
+    const Epoch e = epoch;
+    std::weak_ptr<bool> weak = alive;
+    launcher.destroy(e, [this, weak, e] {
+      if (weak.expired()) return;
+      control->reset_ranks();
+      active = false;
+      report(event::NodeStopped{e, opt.node});
+    });
+  }
+
+  void checkpoint_now(const command::CheckpointNow& c) {
+    if (!active || c.epoch != epoch || tearing_down) return;
+    request = c;
+    control->send_all(wire(c));
+    if (c.kind == CheckpointKind::kEmergency && opt.config.checkpoint_signal != 0)
+      for (uint32_t rank : hello) launcher.signal(rank, opt.config.checkpoint_signal);
+  }
+
+  void collect_hang_report(const command::CollectHangReport& c) {
+    if (!active || c.epoch != epoch || !mine(c.rank)) return;
+    auto pid = launcher.pid_of(c.rank);
+    auto pgid = launcher.group_of(c.rank);
+    if (!pid || !pgid) return;
+    ++hang_reports_pending;
+    const std::string path =
+        join_path(attempt_dir(opt.run_dir, epoch), "hang-rank-" + std::to_string(c.rank) + ".txt");
+    Filesystem& fs = d.fs;
+    std::weak_ptr<bool> weak = alive;
+    const Epoch e = epoch;
+    const uint32_t rank = c.rank;
+    run_off_loop<Status>(
+        d.worker,
+        [&fs, path, pid = *pid, pgid = *pgid] {
+          return atomic_write_file(fs, path, supervisor::collect_hang_report(pid, pgid, 10s));
+        },
+        [this, weak, path, e, rank](Status st) {
+          if (weak.expired()) return;
+          --hang_reports_pending;
+          if (!st.ok()) spdlog::warn("hang report: {}", st.error().message());
+          record("hang_report", {{"attempt", e}, {"rank", uint64_t{rank}}, {"report", path}});
+          spdlog::error("rank {}: what it was doing is in {}", rank, path);
+          if (tearing_down && (running.empty() || !term_timer->armed())) kill_now();
+        });
+  }
+};
+
+NodeRunner::NodeRunner(const io::Deps& deps, NodeRunnerOptions options, JobLauncher& launcher,
+                       Report report, RecordFn record)
+    : impl_(std::make_unique<Impl>(deps, std::move(options), launcher, std::move(report),
+                                   std::move(record))) {
+  impl_->control = std::make_unique<hooks::ControlServer>(deps.loop, deps.clock, impl_->control_options());
+  hooks::Schedule schedule;
+  if (impl_->opt.config.interval_mode == IntervalMode::kSteps)
+    schedule.every_steps = impl_->opt.config.every_steps;
+  impl_->control->set_schedule(schedule);
+  impl_->term_timer = deps.timers.make_timer();
+}
+
+NodeRunner::~NodeRunner() {
+  *impl_->alive = false;
+  impl_->alive.reset();
+}
+
+Status NodeRunner::start() { return impl_->control->start(); }
+
+void NodeRunner::apply(const Command& c) {
+  Impl& m = *impl_;
+  if (auto* l = std::get_if<command::Launch>(&c)) return m.launch(*l);
+  if (auto* t = std::get_if<command::TearDown>(&c)) return m.tear_down(*t);
+  if (auto* n = std::get_if<command::CheckpointNow>(&c)) return m.checkpoint_now(*n);
+  if (auto* a = std::get_if<command::AbortSave>(&c)) {
+    if (m.active && a->epoch == m.epoch) m.control->send_all(hooks::AbortSave{a->step, a->why});
+    return;
+  }
+  if (auto* h = std::get_if<command::CollectHangReport>(&c)) return m.collect_hang_report(*h);
+}
+
+void NodeRunner::stop() {
+  Impl& m = *impl_;
+  m.term_timer->cancel();
+  m.control->stop();
+}
+
+}  // namespace shardguard::supervisor
