@@ -14,7 +14,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 #include <thread>
 
@@ -43,6 +42,18 @@ std::string unescape(const std::string& s) {
 
 bool exists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
 
+// A small kernel file, read with plain read(): a stream would throw when the file goes away
+// mid-read (a cgroup being removed); "" when it cannot be read.
+std::string read_text(const std::string& path) {
+  detail::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  std::string out;
+  if (!fd) return out;
+  char buf[4096];
+  for (ssize_t n; (n = ::read(fd.get(), buf, sizeof buf)) > 0 && out.size() < (1 << 20);)
+    out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
 bool kernel_at_least(int major, int minor) {
   utsname u{};
   if (::uname(&u) != 0) return false;
@@ -64,7 +75,7 @@ int try_namespaces(unsigned long flags) {
 }
 
 bool populated(const std::string& dir) {
-  std::ifstream in(dir + "/cgroup.events");
+  std::istringstream in(read_text(dir + "/cgroup.events"));
   std::string key;
   int value = 0;
   while (in >> key >> value)
@@ -121,11 +132,8 @@ CgroupSupport parse_cgroup_v2(std::string_view mountinfo, std::string_view self_
 }
 
 CgroupSupport probe_cgroup_v2() {
-  auto slurp = [](const char* path) {
-    std::ifstream in(path);
-    return std::string((std::istreambuf_iterator<char>(in)), {});
-  };
-  CgroupSupport out = parse_cgroup_v2(slurp("/proc/self/mountinfo"), slurp("/proc/self/cgroup"));
+  CgroupSupport out =
+      parse_cgroup_v2(read_text("/proc/self/mountinfo"), read_text("/proc/self/cgroup"));
   if (out.own.empty()) return out;
   // The root cgroup has no cgroup.kill of its own; its children do from Linux 5.14 on.
   out.has_kill = exists(out.own + "cgroup.kill") || kernel_at_least(5, 14);
@@ -184,7 +192,7 @@ Result<Cgroup> Cgroup::create(const std::string& parent, const std::string& name
 
 std::vector<pid_t> Cgroup::procs() const {
   std::vector<pid_t> out;
-  std::ifstream in(path_ + "/cgroup.procs");
+  std::istringstream in(read_text(path_ + "/cgroup.procs"));
   pid_t pid;
   while (in >> pid) out.push_back(pid);
   return out;

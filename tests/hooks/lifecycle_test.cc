@@ -277,8 +277,13 @@ int running_children(const std::string& comm) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
     if (name.empty() || name[0] < '0' || name[0] > '9') continue;
-    std::ifstream in(e.path() / "stat");
-    std::string all((std::istreambuf_iterator<char>(in)), {});
+    std::string all;
+    try {  // a process that exits mid-read makes the stream throw
+      std::ifstream in(e.path() / "stat");
+      all.assign(std::istreambuf_iterator<char>(in), {});
+    } catch (const std::exception&) {
+      continue;
+    }
     const auto open = all.find('('), close = all.rfind(')');
     if (open == std::string::npos || close == std::string::npos) continue;
     std::istringstream rest(all.substr(close + 2));

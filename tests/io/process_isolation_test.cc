@@ -241,7 +241,7 @@ TEST_CASE("isolation: a cgroup per attempt holds the whole tree", "[integration]
   auto child = launcher.launch(spec);
   REQUIRE(child.ok());
   REQUIRE(testing::wait_for_file(ready, 10s));
-  REQUIRE(testing::eventually([&] { return processes_with(token).size() == 4; }, 5000ms));
+  REQUIRE(testing::eventually([&] { return testing::sleepers(token).size() == 4; }, 5000ms));
   auto in_cgroup = attempt->procs();
   for (pid_t p : processes_with(token))
     CHECK(std::find(in_cgroup.begin(), in_cgroup.end(), p) != in_cgroup.end());

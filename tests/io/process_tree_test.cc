@@ -62,10 +62,16 @@ TEST_CASE("process tree: teardown leaves nothing of a rank that escapes its proc
   REQUIRE(child.ok());
   CHECK((*child)->isolation() == isolate);
   REQUIRE(testing::wait_for_file(ready, 10s));
-  REQUIRE(testing::eventually([&] { return processes_with(token).size() == 4; }, 5000ms));
-  const auto before = processes_with(token);
+  REQUIRE(testing::eventually([&] { return testing::sleepers(token).size() == 4; }, 5000ms));
+  const auto before = testing::sleepers(token);
   size_t outside = 0;
-  for (pid_t p : before) outside += ::getpgid(p) != (*child)->pgid();
+  std::string seen;
+  for (pid_t p : before) {
+    const pid_t pgid = ::getpgid(p);
+    outside += pgid != (*child)->pgid();
+    seen += std::to_string(p) + " in group " + std::to_string(pgid) + "; ";
+  }
+  INFO("rank " << (*child)->pid() << ": " << seen);
   CHECK(outside == 2);  // the setsid pair: signalling the group alone would miss them
 
   io::KillTreeOptions options;
@@ -79,7 +85,8 @@ TEST_CASE("process tree: teardown leaves nothing of a rank that escapes its proc
   }
   REQUIRE(report->ok());
   CHECK(report->value().sent_sigkill == ignores_term);
-  CHECK(report->value().outside_group >= 2);
+  // (In a namespace the kernel may kill the setsid pair first, once the rank has died.)
+  if (isolate == Isolation::kNone) CHECK(report->value().outside_group >= 2);
   CHECK(processes_with(token).empty());
   for (pid_t p : before) CHECK_FALSE(in_proc(p));  // gone and reaped, not zombies
   auto status = (*child)->try_wait();
@@ -98,7 +105,7 @@ TEST_CASE("process tree: signalling the group alone lets the setsid pair escape"
   auto child = launcher.launch(sh(testing::escaping_rank(token, ready)));
   REQUIRE(child.ok());
   REQUIRE(testing::wait_for_file(ready, 10s));
-  REQUIRE(testing::eventually([&] { return processes_with(token).size() == 4; }, 5000ms));
+  REQUIRE(testing::eventually([&] { return testing::sleepers(token).size() == 4; }, 5000ms));
   ::kill(-(*child)->pgid(), SIGKILL);
   REQUIRE((*child)->wait_blocking(5s).ok());
   std::this_thread::sleep_for(100ms);
@@ -215,7 +222,7 @@ TEST_CASE("process tree: a peer pid is checked against the launched tree", "[int
   REQUIRE(child.ok());
   REQUIRE(other.ok());
   REQUIRE(testing::wait_for_file(ready, 10s));
-  REQUIRE(testing::eventually([&] { return processes_with(token).size() == 4; }, 5000ms));
+  REQUIRE(testing::eventually([&] { return testing::sleepers(token).size() == 4; }, 5000ms));
   auto tree = (*child)->tree();
   REQUIRE(tree);
   for (pid_t p : processes_with(token)) {

@@ -2,6 +2,7 @@
 // token in their command line, waiting for files, isolation names.
 #pragma once
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -23,8 +24,13 @@ inline std::vector<pid_t> processes_with(const std::string& token) {
   const auto table = io::ProcessTable::scan();
   for (const auto& [pid, info] : table.all()) {
     if (info.state == 'Z' || pid == ::getpid()) continue;
-    std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+    // Plain read(): a process may exit mid-read, and a stream would throw then.
+    const int fd = ::open(("/proc/" + std::to_string(pid) + "/cmdline").c_str(), O_RDONLY);
+    if (fd < 0) continue;
+    std::string cmdline;
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) cmdline.append(buf, n);
+    ::close(fd);
     if (cmdline.find(token) != std::string::npos) out.push_back(pid);
   }
   return out;
