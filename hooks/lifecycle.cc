@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <atomic>
 #include <boost/json.hpp>
+#include <deque>
 
+#include "core/log_limiter.h"
 #include "core/units.h"
 #include "io/event_loop.h"
 #include "io/http_client.h"
@@ -79,7 +81,24 @@ struct LifecycleHooks::Impl : std::enable_shared_from_this<Impl> {
   LifecycleHooksOptions opt;
 
   std::atomic<uint64_t> fired{0}, succeeded{0}, failed{0}, timed_out{0}, http_attempts{0},
-      finished{0};
+      finished{0}, dropped{0}, queued{0}, peak_commands{0}, peak_webhooks{0};
+  LogLimiter limiter;
+
+  // Slots for one kind of work (commands or webhooks): loop thread only.
+  struct Waiting {
+    std::function<void()> start;
+    std::function<void()> drop;  // reports the part as failed
+  };
+  struct Pool {
+    Pool(const char* kind, std::atomic<uint64_t>* peak) : kind(kind), peak(peak) {}
+    const char* kind;
+    std::atomic<uint64_t>* peak;
+    size_t limit = 1;
+    size_t running = 0;
+    std::deque<Waiting> waiting;
+  };
+  Pool command_pool{"command", &peak_commands};
+  Pool webhook_pool{"webhook", &peak_webhooks};
 
   // Loop thread only: what is running or waiting, by run id.
   struct Command {
@@ -93,7 +112,58 @@ struct LifecycleHooks::Impl : std::enable_shared_from_this<Impl> {
 
   Impl(io::EventLoop& l, io::ProcessLauncher& p, io::HttpClient& h, TimerFactory& t, Clock& c,
        std::vector<HookSpec> s, LifecycleHooksOptions o)
-      : loop(l), launcher(p), http(h), timers(t), clock(c), specs(std::move(s)), opt(o) {}
+      : loop(l),
+        launcher(p),
+        http(h),
+        timers(t),
+        clock(c),
+        specs(std::move(s)),
+        opt(o),
+        limiter(c, {}, nullptr, &t) {
+    command_pool.limit = std::max<size_t>(1, opt.max_concurrent_commands);
+    webhook_pool.limit = std::max<size_t>(1, opt.max_concurrent_webhooks);
+  }
+
+  // Runs `start` now if `pool` has a free slot, else queues it (dropping the oldest waiting
+  // entry when the queue is full). `start` must end in exactly one release(pool).
+  void acquire(Pool& pool, const HookSpec& spec, std::function<void()> start,
+               std::function<void()> drop) {
+    if (pool.running < pool.limit) {
+      occupy(pool);
+      return start();
+    }
+    if (pool.waiting.size() >= std::max<size_t>(1, opt.max_queued)) {
+      Waiting oldest = std::move(pool.waiting.front());
+      pool.waiting.pop_front();
+      queued.fetch_sub(1);
+      dropped.fetch_add(1);
+      limiter.warn(std::string("hook queue full ") + pool.kind,
+                   describe(spec) + ": " + std::to_string(pool.waiting.size() + 1) + " " +
+                       pool.kind + "s waiting for " + std::to_string(pool.limit) +
+                       " slots; dropped the oldest");
+      oldest.drop();
+    }
+    pool.waiting.push_back({std::move(start), std::move(drop)});
+    queued.fetch_add(1);
+  }
+
+  void occupy(Pool& pool) {
+    ++pool.running;
+    if (pool.running > pool.peak->load()) pool.peak->store(pool.running);
+  }
+
+  // Frees a slot; the next waiting entry starts from the loop, not inside this call stack.
+  void release(Pool& pool) {
+    --pool.running;
+    if (pool.waiting.empty()) return;
+    Waiting next = std::move(pool.waiting.front());
+    pool.waiting.pop_front();
+    queued.fetch_sub(1);
+    occupy(pool);
+    loop.post([self = weak_from_this(), start = std::move(next.start)] {
+      if (self.lock()) start();
+    });
+  }
 
   ~Impl() {
     // ChildProcess's destructor SIGKILLs and reaps its group; make the group explicit.
@@ -114,8 +184,30 @@ struct LifecycleHooks::Impl : std::enable_shared_from_this<Impl> {
       if (--pending->first > 0) return;
       if (auto s = self.lock()) s->done(pending->second);
     };
-    if (!run->spec->command.empty()) start_command(run, part_done);
-    if (!run->spec->url.empty()) post(run, 0, part_done);
+    if (!run->spec->command.empty()) {
+      auto finish = [self = weak_from_this(), part_done](bool ok) {
+        if (auto s = self.lock()) s->release(s->command_pool);
+        part_done(ok);
+      };
+      acquire(
+          command_pool, *run->spec,
+          [self = weak_from_this(), run, finish] {
+            if (auto s = self.lock()) s->start_command(run, finish);
+          },
+          [part_done] { part_done(false); });
+    }
+    if (!run->spec->url.empty()) {
+      auto finish = [self = weak_from_this(), part_done](bool ok) {
+        if (auto s = self.lock()) s->release(s->webhook_pool);
+        part_done(ok);
+      };
+      acquire(
+          webhook_pool, *run->spec,
+          [self = weak_from_this(), run, finish] {
+            if (auto s = self.lock()) s->post(run, 0, finish);
+          },
+          [part_done] { part_done(false); });
+    }
   }
 
   void start_command(const std::shared_ptr<Run>& run, std::function<void(bool)> part_done) {
@@ -257,6 +349,10 @@ HookStats LifecycleHooks::stats() const {
   s.timed_out = m.timed_out.load();
   s.http_attempts = m.http_attempts.load();
   s.in_flight = s.fired - m.finished.load();
+  s.dropped = m.dropped.load();
+  s.queued = m.queued.load();
+  s.peak_commands = m.peak_commands.load();
+  s.peak_webhooks = m.peak_webhooks.load();
   return s;
 }
 

@@ -10,6 +10,12 @@
 //            timeout per attempt; a non-2xx answer or an error is retried `retries` times
 //            with exponential backoff, then given up.
 //
+// At most max_concurrent_commands hook processes and max_concurrent_webhooks webhook runs
+// (a webhook run keeps its slot through its retries) are in progress at once; the rest wait
+// in a FIFO queue per kind. A queue holds at most max_queued entries: beyond that the oldest
+// waiting one is dropped (counted as failed and dropped, with a rate-limited warning), so a
+// flood of events (issue 11: 300 claimed commits) costs neither 300 processes nor memory.
+//
 // Thread-safety: fire() and stats() may be called from any thread. Construct and destroy on
 // the loop thread or while the loop is not running; destroying drops queued work, kills the
 // groups of running commands and abandons webhooks in flight.
@@ -60,6 +66,9 @@ std::string event_env_name(std::string_view key);
 struct LifecycleHooksOptions {
   Duration backoff_initial = std::chrono::milliseconds(200);  // before the first retry
   Duration backoff_max = std::chrono::seconds(5);             // doubling stops here
+  size_t max_concurrent_commands = 4;                         // hook processes running at once
+  size_t max_concurrent_webhooks = 4;                         // webhook runs in progress at once
+  size_t max_queued = 256;  // waiting per kind; beyond: the oldest is dropped
 };
 
 // Counters since construction (each hook run counts once, whatever its retries).
@@ -70,6 +79,10 @@ struct HookStats {
   uint64_t timed_out = 0;      // commands killed at their timeout
   uint64_t http_attempts = 0;  // every POST sent, retries included
   uint64_t in_flight = 0;      // runs not finished yet
+  uint64_t dropped = 0;        // commands or webhooks dropped from a full queue (also failed)
+  uint64_t queued = 0;         // commands and webhooks waiting for a slot now
+  uint64_t peak_commands = 0;  // most hook processes ever running at once
+  uint64_t peak_webhooks = 0;  // most webhook runs ever in progress at once
 };
 
 class LifecycleHooks {

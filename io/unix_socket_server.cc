@@ -15,8 +15,10 @@
 #include <deque>
 #include <map>
 
+#include "core/log_limiter.h"
 #include "io/detail/asio.h"
 #include "io/detail/fd.h"
+#include "io/event_loop.h"
 
 namespace shardguard::io {
 
@@ -26,9 +28,13 @@ using stream = asio::local::stream_protocol;
 namespace {
 
 struct Connection {
-  Connection(ConnectionId id, stream::socket socket) : id(id), socket(std::move(socket)) {}
+  Connection(ConnectionId id, stream::socket socket, PeerCredentials peer)
+      : id(id), socket(std::move(socket)), peer(peer) {}
   ConnectionId id;
   stream::socket socket;
+  PeerCredentials peer;
+  double line_tokens = 0;  // the line-rate bucket
+  SteadyTime tokens_at{};
   std::array<char, 8192> read_buffer;
   std::string partial;  // bytes of a line whose '\n' has not arrived yet
   std::deque<std::string> out;
@@ -50,13 +56,23 @@ bool someone_listens(const std::string& path) {
 }  // namespace
 
 struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
-  Impl(asio::io_context& ctx, UnixSocketServerOptions options)
-      : ctx(ctx), options(std::move(options)), acceptor(ctx), retry_timer(ctx) {
-    if (!this->options.allowed_uid) this->options.allowed_uid = ::getuid();
+  Impl(EventLoop& loop, UnixSocketServerOptions opts)
+      : ctx(detail::asio_context(loop)),
+        options(std::move(opts)),
+        clock(options.clock != nullptr ? *options.clock : RealClock::instance()),
+        timers(loop),
+        limiter(clock, {}, nullptr, &timers),
+        acceptor(ctx),
+        retry_timer(ctx) {
+    if (!options.allowed_uid) options.allowed_uid = ::getuid();
   }
 
   asio::io_context& ctx;
   UnixSocketServerOptions options;
+  Clock& clock;
+  AsioTimerFactory timers;
+  LogLimiter limiter;  // per-cause warnings: a flood of bad peers is a count, not a log
+  UnixSocketServerStats stats;
   stream::acceptor acceptor;
   asio::steady_timer retry_timer;  // re-accept after running out of file descriptors
   std::map<ConnectionId, std::shared_ptr<Connection>> connections;
@@ -71,7 +87,10 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
           if (self->dead || !self->acceptor.is_open()) return;
           if (ec) {
             if (ec == asio::error::operation_aborted) return;
-            spdlog::warn("unix socket '{}': accept: {}", self->options.path, ec.message());
+            ++self->stats.accept_errors;
+            self->limiter.warn("unix socket accept error", "unix socket '" + self->options.path +
+                                                               "': accept: " + ec.message() +
+                                                               "; pausing 100ms");
             self->retry_timer.expires_after(std::chrono::milliseconds(100));
             self->retry_timer.async_wait([self](const boost::system::error_code& ec) {
               if (!ec && !self->dead && self->acceptor.is_open()) self->accept();
@@ -83,22 +102,60 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
         });
   }
 
+  // Every refusal closes the socket as it goes out of scope.
   void admit(stream::socket socket) {
+    const std::string where = "unix socket '" + options.path + "'";
+    if (options.max_connections > 0 && connections.size() >= options.max_connections) {
+      ++stats.refused_too_many;
+      limiter.warn("unix socket too many connections",
+                   where + ": " + std::to_string(connections.size()) +
+                       " connections open (the limit); refused a new one");
+      return;
+    }
     ucred cred{};
     socklen_t len = sizeof cred;
     if (::getsockopt(socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
-      spdlog::warn("unix socket '{}': SO_PEERCRED: {}", options.path, std::strerror(errno));
-      return;  // the socket closes as it goes out of scope
-    }
-    if (cred.uid != *options.allowed_uid && !(options.allow_root && cred.uid == 0)) {
-      spdlog::warn("unix socket '{}': rejected peer pid {} uid {} (allowed uid {})", options.path,
-                   cred.pid, cred.uid, *options.allowed_uid);
+      ++stats.refused_uid;
+      limiter.warn("unix socket peercred", where + ": SO_PEERCRED: " + std::strerror(errno));
       return;
     }
-    auto conn = std::make_shared<Connection>(next_id++, std::move(socket));
+    if (cred.uid != *options.allowed_uid && !(options.allow_root && cred.uid == 0)) {
+      ++stats.refused_uid;
+      limiter.warn("unix socket wrong uid", where + ": rejected peer pid " +
+                                                std::to_string(cred.pid) + " uid " +
+                                                std::to_string(cred.uid) + " (allowed uid " +
+                                                std::to_string(*options.allowed_uid) + ")");
+      return;
+    }
+    const PeerCredentials peer{cred.pid, cred.uid, cred.gid};
+    const ConnectionId id = next_id++;
+    if (options.on_accept && !options.on_accept(id, peer)) {
+      ++stats.refused_by_policy;
+      limiter.warn("unix socket refused by policy",
+                   where + ": refused peer pid " + std::to_string(peer.pid));
+      return;
+    }
+    if (dead || !acceptor.is_open()) return;  // on_accept stopped the server
+    auto conn = std::make_shared<Connection>(id, std::move(socket), peer);
+    conn->line_tokens = options.max_lines_per_second;
+    conn->tokens_at = clock.now();
     connections.emplace(conn->id, conn);
+    ++stats.accepted;
     if (options.on_connect) options.on_connect(conn->id);
     if (!conn->closed) read(conn);
+  }
+
+  // Takes one line from the connection's bucket; false when it is empty (over the rate).
+  bool take_line_token(Connection& conn) {
+    const double rate = options.max_lines_per_second;
+    if (rate <= 0) return true;
+    const SteadyTime now = clock.now();
+    const double elapsed = std::chrono::duration<double>(now - conn.tokens_at).count();
+    conn.tokens_at = now;
+    conn.line_tokens = std::min(rate, conn.line_tokens + elapsed * rate);
+    if (conn.line_tokens < 1) return false;
+    conn.line_tokens -= 1;
+    return true;
   }
 
   void read(const std::shared_ptr<Connection>& conn) {
@@ -123,14 +180,26 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
       const size_t nl = data.find('\n');
       const std::string_view piece = data.substr(0, nl);
       if (conn->partial.size() + piece.size() > options.max_line_bytes) {
-        spdlog::warn("unix socket '{}': connection {} sent a line longer than {} bytes; closing",
-                     options.path, conn->id, options.max_line_bytes);
+        ++stats.closed_line_too_long;
+        limiter.warn("unix socket line too long",
+                     "unix socket '" + options.path + "': connection " + std::to_string(conn->id) +
+                         " (pid " + std::to_string(conn->peer.pid) + ") sent a line longer than " +
+                         std::to_string(options.max_line_bytes) + " bytes; closing");
         close_connection(conn);
         return false;
       }
       conn->partial.append(piece);
       if (nl == std::string_view::npos) break;
       data.remove_prefix(nl + 1);
+      if (!take_line_token(*conn)) {
+        ++stats.closed_line_rate;
+        limiter.warn("unix socket line rate",
+                     "unix socket '" + options.path + "': connection " + std::to_string(conn->id) +
+                         " (pid " + std::to_string(conn->peer.pid) + ") sent more than " +
+                         std::to_string(options.max_lines_per_second) + " lines/s; closing");
+        close_connection(conn);
+        return false;
+      }
       std::string line = std::move(conn->partial);
       conn->partial.clear();
       if (options.on_line) options.on_line(conn->id, std::move(line));
@@ -155,8 +224,11 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
 
   Status queue(const std::shared_ptr<Connection>& conn, std::string_view line) {
     if (conn->queued_bytes + line.size() + 1 > options.max_queued_bytes) {
-      spdlog::warn("unix socket '{}': connection {} has {} bytes unsent; closing", options.path,
-                   conn->id, conn->queued_bytes);
+      ++stats.closed_not_reading;
+      limiter.warn("unix socket not reading",
+                   "unix socket '" + options.path + "': connection " + std::to_string(conn->id) +
+                       " (pid " + std::to_string(conn->peer.pid) + ") has " +
+                       std::to_string(conn->queued_bytes) + " bytes unsent; closing");
       close_connection(conn);
       return Error(ErrorCode::kIo, "unix socket '" + options.path + "': connection " +
                                        std::to_string(conn->id) + " is not reading; closed");
@@ -199,7 +271,7 @@ struct UnixSocketServer::Impl : std::enable_shared_from_this<Impl> {
 };
 
 UnixSocketServer::UnixSocketServer(EventLoop& loop, UnixSocketServerOptions options)
-    : impl_(std::make_shared<Impl>(detail::asio_context(loop), std::move(options))) {}
+    : impl_(std::make_shared<Impl>(loop, std::move(options))) {}
 
 UnixSocketServer::~UnixSocketServer() {
   impl_->dead = true;
@@ -289,5 +361,13 @@ void UnixSocketServer::close(ConnectionId id) {
 size_t UnixSocketServer::connection_count() const { return impl_->connections.size(); }
 
 const std::string& UnixSocketServer::path() const { return impl_->options.path; }
+
+std::optional<PeerCredentials> UnixSocketServer::peer(ConnectionId id) const {
+  auto it = impl_->connections.find(id);
+  if (it == impl_->connections.end()) return std::nullopt;
+  return it->second->peer;
+}
+
+UnixSocketServerStats UnixSocketServer::stats() const { return impl_->stats; }
 
 }  // namespace shardguard::io

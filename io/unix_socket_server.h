@@ -1,8 +1,15 @@
 // Unix-domain stream socket server for newline-delimited messages (the job control
 // protocol: JSON per line; parsing is the caller's job). The socket file is mode 0600 and
 // every peer's uid is checked with SO_PEERCRED; a peer with another uid than the allowed one
-// (or root, where allowed) is disconnected at once. Lines longer than the limit, and writers that let too much output queue up, get
-// their connection closed (and logged), while other connections carry on.
+// (or root, where allowed) is disconnected at once, and the caller's on_accept policy may
+// refuse others (it sees the peer's pid).
+//
+// Every resource a peer can make the server spend is bounded, so no client (or 1,000 of
+// them) can grow its memory, file descriptors or log: a connection count (over it, new
+// connections are closed at once), the line length, the output queued for a peer that does
+// not read, and the lines per second a peer may send. A peer over a limit has its
+// connection closed; each refusal and close is counted (stats()) and logged through a
+// LogLimiter (10 lines/s per cause, then a count).
 //
 // Thread-safety: every method must be called on the loop thread (or before the loop
 // runs); callbacks run on the loop thread. Use EventLoop::post() from other threads.
@@ -18,6 +25,7 @@
 #include <string>
 #include <string_view>
 
+#include "core/clock.h"
 #include "core/result.h"
 
 namespace shardguard::io {
@@ -26,15 +34,47 @@ class EventLoop;
 
 using ConnectionId = uint64_t;
 
+// The peer process as the kernel saw it at connect() (SO_PEERCRED): ids in this process's
+// namespaces, so the pid of a rank in its own PID namespace is its host pid.
+struct PeerCredentials {
+  pid_t pid = 0;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  bool operator==(const PeerCredentials&) const = default;
+};
+
 struct UnixSocketServerOptions {
   std::string path;
-  std::optional<uid_t> allowed_uid;    // nullopt: this process's uid (getuid())
-  bool allow_root = false;             // also accept uid 0 (a root agent on the node)
-  size_t max_line_bytes = 64 * 1024;   // without the '\n'
-  size_t max_queued_bytes = 16 << 20;  // unsent output per connection
+  std::optional<uid_t> allowed_uid;   // nullopt: this process's uid (getuid())
+  bool allow_root = false;            // also accept uid 0 (a root agent on the node)
+  size_t max_line_bytes = 64 * 1024;  // without the '\n'
+  size_t max_queued_bytes = 1 << 20;  // unsent output per connection; beyond: closed
+  // Open connections at once; a connection beyond it is closed as soon as it is accepted.
+  // 0: no limit. The default only keeps a forgetful caller off the fd limit; the supervisor
+  // passes 2 x ranks + 8.
+  size_t max_connections = 1024;
+  // Lines a connection may send per second (a bucket of this many, refilled at this rate);
+  // beyond: closed. 0: no limit.
+  uint32_t max_lines_per_second = 1000;
+  Clock* clock = nullptr;  // for the line rate and the log limiter; nullptr: RealClock
+  // Called for each peer that passed the uid check, before on_connect; false refuses it
+  // (closed, counted in refused_by_policy, no other callback).
+  std::function<bool(ConnectionId, const PeerCredentials&)> on_accept;
   std::function<void(ConnectionId)> on_connect;
   std::function<void(ConnectionId, std::string line)> on_line;  // without the '\n'
   std::function<void(ConnectionId)> on_disconnect;  // once per on_connect, whatever the cause
+};
+
+// Counters since construction.
+struct UnixSocketServerStats {
+  uint64_t accepted = 0;              // connections admitted (on_connect called)
+  uint64_t refused_uid = 0;           // another uid, or SO_PEERCRED failed
+  uint64_t refused_by_policy = 0;     // on_accept returned false
+  uint64_t refused_too_many = 0;      // max_connections were open
+  uint64_t closed_line_too_long = 0;  // a line over max_line_bytes
+  uint64_t closed_not_reading = 0;    // output over max_queued_bytes
+  uint64_t closed_line_rate = 0;      // over max_lines_per_second
+  uint64_t accept_errors = 0;         // accept() failed (EMFILE...): accepting paused 100 ms
 };
 
 class UnixSocketServer {
@@ -61,6 +101,9 @@ class UnixSocketServer {
 
   size_t connection_count() const;
   const std::string& path() const;
+  // The credentials of an open connection's peer; nullopt for an unknown or closed one.
+  std::optional<PeerCredentials> peer(ConnectionId id) const;
+  UnixSocketServerStats stats() const;
 
  private:
   struct Impl;

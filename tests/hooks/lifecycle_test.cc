@@ -10,7 +10,9 @@
 
 #include <boost/json.hpp>
 #include <catch2/catch.hpp>
+#include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "io/event_loop.h"
@@ -265,4 +267,101 @@ TEST_CASE("hooks: fire() is safe from other threads and returns at once", "[inte
   REQUIRE(rig.settle());
   CHECK(rig.hooks->stats().succeeded == 100);
   CHECK(rig.fake.requests.size() == 100);
+}
+
+namespace {
+
+// Hook processes running now: children of this process named `comm`, seen through /proc.
+int running_children(const std::string& comm) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.empty() || name[0] < '0' || name[0] > '9') continue;
+    std::string all;
+    try {  // a process that exits mid-read makes the stream throw
+      std::ifstream in(e.path() / "stat");
+      all.assign(std::istreambuf_iterator<char>(in), {});
+    } catch (const std::exception&) {
+      continue;
+    }
+    const auto open = all.find('('), close = all.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    std::istringstream rest(all.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid == ::getpid() && state != 'Z' && all.substr(open + 1, close - open - 1) == comm) ++n;
+  }
+  return n;
+}
+
+// Answers each POST 5 ms later, counting how many are in flight at once.
+class SlowHttp final : public io::HttpClient {
+ public:
+  explicit SlowHttp(io::EventLoop& loop) : timers_(loop) {}
+  void request(io::HttpRequest, Callback done) override {
+    peak = std::max(peak, ++in_flight);
+    auto timer = timers_.make_timer();
+    Timer* raw = timer.get();
+    pending_.push_back(std::move(timer));
+    raw->arm(5ms, [this, done = std::move(done)] {
+      --in_flight;
+      done(io::HttpResponse{200, {}, "ok"});
+    });
+  }
+  int in_flight = 0;
+  int peak = 0;
+
+ private:
+  io::AsioTimerFactory timers_;
+  std::vector<std::unique_ptr<Timer>> pending_;
+};
+
+}  // namespace
+
+TEST_CASE("hooks: 300 events never run more than 4 hook processes at once", "[integration]") {
+  Rig rig({command_hook("checkpoint_committed", {"/bin/sleep", "0.02"})});
+  // All 300 at once, as 300 claimed commits would: 4 run, 256 wait, the 40 oldest waiting
+  // are dropped (counted and warned about).
+  for (int i = 0; i < 300; ++i)
+    rig.hooks->fire("checkpoint_committed", {{"step", std::to_string(i)}});
+  std::atomic<bool> stop{false};
+  std::atomic<int> most_seen{0};
+  std::thread sampler([&] {
+    while (!stop) {
+      most_seen = std::max(most_seen.load(), running_children("sleep"));
+      std::this_thread::sleep_for(1ms);
+    }
+  });
+  const bool settled = rig.settle(60s);
+  stop = true;
+  sampler.join();
+  REQUIRE(settled);
+  const auto stats = rig.hooks->stats();
+  CHECK(stats.fired == 300);
+  CHECK(stats.dropped == 40);
+  CHECK(stats.succeeded == 260);
+  CHECK(stats.failed == 40);
+  CHECK(stats.peak_commands == 4);
+  CHECK(stats.queued == 0);
+  CHECK(most_seen >= 2);  // the sampler did see them run side by side
+  CHECK(most_seen <= 4);
+}
+
+TEST_CASE("hooks: at most 4 webhooks in flight; the queue drains in order", "[integration]") {
+  io::EventLoop loop;
+  io::PosixProcessLauncher launcher(loop);
+  SlowHttp http(loop);
+  io::AsioTimerFactory timers(loop);
+  auto created = LifecycleHooks::create(loop, launcher, http, timers, RealClock::instance(),
+                                        {url_hook("restart", "http://hooks.example/x", 0)});
+  REQUIRE(created.ok());
+  auto& hooks = *created.value();
+  for (int i = 0; i < 100; ++i) hooks.fire("restart");
+  REQUIRE(loop.run_until([&] { return hooks.stats().in_flight == 0; }, 20s));
+  const auto stats = hooks.stats();
+  CHECK(stats.succeeded == 100);
+  CHECK(stats.dropped == 0);
+  CHECK(stats.peak_webhooks == 4);
+  CHECK(http.peak == 4);
 }
