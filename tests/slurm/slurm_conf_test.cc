@@ -35,7 +35,7 @@ TEST_CASE("slurm conf: the settings the scenarios rely on", "[unit]") {
          {"ClusterName=sg1x0", "SlurmctldHost=localhost", "SlurmctldPort=20000", "SlurmUser=root",
           "AuthInfo=socket=/tmp/sg-slurm-abc/munge/munge.sock,cred_expire=6",
           "StateSaveLocation=/tmp/sg-slurm-abc/state", "SlurmdSpoolDir=/tmp/sg-slurm-abc/spool-%n",
-          "ProctrackType=proctrack/pgid", "TaskPlugin=task/none", "SlurmdTimeout=9",
+          "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none", "SlurmdTimeout=9",
           "MessageTimeout=5", "ReturnToService=2", "KillWait=4", "JobRequeue=1",
           "PreemptType=preempt/partition_prio", "PreemptMode=REQUEUE"})
       CHECK(has_line(conf, line));

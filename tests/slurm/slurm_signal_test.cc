@@ -3,8 +3,11 @@
 // Each job runs recorders (tests/support/signal_recorder.sh): the batch shell itself
 // ("batch"), a child of it ("batch.child"), an srun task ("step0") and a child of that task
 // ("step0.child"). The timelines print to stdout (ctest -V shows them).
+#include <signal.h>
+
 #include <algorithm>
 #include <iostream>
+#include <map>
 
 #include "tests/slurm/slurm_test_util.h"
 
@@ -78,6 +81,8 @@ TEST_CASE("slurm: scancel sends SIGCONT+SIGTERM to every process, SIGKILL after 
             << " s after scancel; ExitCode=" << job.get("ExitCode") << "\n";
   // The batch shell traps SIGTERM, so SIGKILL ended it (a shell without a trap: "0:15").
   CHECK(job.get("ExitCode") == "0:9");
+  // Requeueable (JobRequeue=1), yet a user's scancel is final.
+  CHECK(job.get("Requeue") == "1");
   CHECK(job.restarts() == 0);
 }
 
@@ -196,4 +201,79 @@ TEST_CASE("slurm: --signal before the time limit reaches the batch shell (B:) or
     CHECK(sorted(events_since(events_s, who, t0)) == usr1_cont);
   CHECK(c.job(id_b)->state() == "RUNNING");
   CHECK(c.job(id_s)->state() == "RUNNING");
+}
+
+TEST_CASE("slurm: processes in a process group of their own, under proctrack/pgid and linuxproc",
+          "[integration]") {
+  SG_SLURM_OR_SKIP();
+  // shardguard starts each rank in its own process group: does Slurm still signal and kill
+  // it? And an orphan (its parent exited; a daemonized helper)? Real clusters track jobs with
+  // cgroups (everything); this fixture cannot, and the two trackers it can use differ.
+  const std::string proctrack =
+      GENERATE(std::string("proctrack/pgid"), std::string("proctrack/linuxproc"));
+  INFO(proctrack);
+  SlurmOptions options;
+  options.nodes = 1;
+  options.proctrack = proctrack;
+  auto c = start_cluster(options);
+  TempDir tmp;
+  const std::string log = tmp / "signals.log", rec = signal_recorder_bin();
+  const auto id = submit_or_fail(
+      *c,
+      "#!/bin/bash\n"
+      "srun -n 1 bash -c '\"$0\" step0.pg \"$1\" --own-pgid & exec \"$0\" step0 \"$1\"' '" +
+          rec + "' '" + log + "' &\n'" + rec + "' batch.pg '" + log + "' --own-pgid &\n" + "( '" +
+          rec + "' batch.orphan '" + log + "' & )\n" + "exec '" + rec + "' batch '" + log + "'\n");
+  wait_state_or_fail(*c, id, {"RUNNING"}, 30s);
+  const std::vector<std::string> all = {"batch", "batch.pg", "batch.orphan", "step0", "step0.pg"};
+  for (const auto& who : all) wait_event(log, who, "start", 20s);
+
+  const double t0 = unix_now();
+  REQUIRE(c->run({"scancel", std::to_string(id)})->exit_code == 0);
+  auto events = parse_signal_log(slurp(log));
+  auto pid_of = [&](const std::string& who) {
+    return static_cast<pid_t>(std::stoi(first_event(events, who, "start")->info.at("pid")));
+  };
+  // KillWait and a margin: whatever Slurm kills is gone by then.
+  for (const char* who : {"batch", "step0"}) CHECK(wait_exit(pid_of(who), 15s));
+  std::this_thread::sleep_for(1s);
+  const auto state = c->job(id);
+  events = parse_signal_log(slurp(log));
+  std::map<std::string, bool> alive;
+  for (const auto& who : all) alive[who] = process_alive(pid_of(who));
+  std::cout << "--- scancel, " << proctrack << " (t=0: scancel)\n" << describe_events(events, t0);
+  for (const auto& [who, a] : alive)
+    std::cout << who << (a ? " still alive" : " gone") << " at +" << (unix_now() - t0) << "s\n";
+  std::cout << "JobState=" << (state.ok() ? state->state() : "?") << "\n";
+  // Then the escaped ones are killed here; the job can complete.
+  for (const auto& [who, a] : alive)
+    if (a) ::kill(pid_of(who), SIGKILL);
+  wait_state_or_fail(*c, id, {"CANCELLED"}, 30s);
+
+  // The processes in the job's own process groups: signalled and killed in both modes.
+  for (const char* who : {"batch", "step0"}) {
+    CHECK(first_event(events, who, "TERM"));
+    CHECK_FALSE(alive[who]);
+  }
+  if (proctrack == "proctrack/pgid") {
+    // Another process group escapes: never signalled, still running after KillWait, and
+    // the job stays COMPLETING while they run.
+    for (const char* who : {"batch.pg", "step0.pg"}) {
+      CHECK_FALSE(first_event(events, who, "TERM"));
+      CHECK(alive[who]);
+    }
+    CHECK(state->state() == "COMPLETING");
+    // The orphan stayed in the job's process group: signalled and killed.
+    CHECK(first_event(events, "batch.orphan", "TERM"));
+    CHECK_FALSE(alive["batch.orphan"]);
+  } else {
+    // linuxproc follows parent pids: children in their own group are signalled and killed,
+    // an orphan (now a child of init) is not, and outlives the job.
+    for (const char* who : {"batch.pg", "step0.pg"}) {
+      CHECK(first_event(events, who, "TERM"));
+      CHECK_FALSE(alive[who]);
+    }
+    CHECK_FALSE(first_event(events, "batch.orphan", "TERM"));
+    CHECK(alive["batch.orphan"]);
+  }
 }

@@ -44,14 +44,15 @@ inline SlurmJob wait_state_or_fail(const SlurmCluster& c, uint32_t id,
   return *j;
 }
 
-// What a recording job runs: the batch shell becomes a recorder "batch" (exec) with a child
-// "batch.child"; `step_tasks` > 0 adds one srun step whose tasks are recorders named
-// "step<PROCID>", each with a child "step<PROCID>.child".
+// What a recording job runs: the batch shell becomes a recorder "batch" (exec), with a child
+// "batch.child" if `batch_child`; `step_tasks` > 0 adds one srun step whose tasks are
+// recorders named "step<PROCID>", each with a child "step<PROCID>.child".
 struct RecorderJob {
   std::string log;
   int step_tasks = 1;
   std::string srun_args;         // e.g. "-N2 --ntasks-per-node=1"
   std::string batch_extra = "";  // e.g. "--exit-on-term 75 1000"
+  bool batch_child = true;
 };
 
 inline std::string recorder_script(const RecorderJob& job) {
@@ -61,7 +62,8 @@ inline std::string recorder_script(const RecorderJob& job) {
     s += "srun " + job.srun_args + " -n " + std::to_string(job.step_tasks) +
          " bash -c 'exec \"$0\" step$SLURM_PROCID \"$1\" --child' '" + rec + "' '" + job.log +
          "' &\n";
-  s += "exec '" + rec + "' batch '" + job.log + "' --child " + job.batch_extra + "\n";
+  s += "exec '" + rec + "' batch '" + job.log + "' " + (job.batch_child ? "--child " : "") +
+       job.batch_extra + "\n";
   return s;
 }
 

@@ -1,4 +1,4 @@
-// sg_signal_recorder NAME LOG [--child] [--exit-on-term CODE DELAY_MS]
+// sg_signal_recorder NAME LOG [--child] [--own-pgid] [--exit-on-term CODE DELAY_MS]
 //
 // A stand-in for a job's process that records what happens to it, for tests of what a
 // scheduler sends (tests/support/signal_log.h parses the log). It blocks every catchable
@@ -9,6 +9,8 @@
 //   "<unix seconds.micro> NAME exit code=C"     (only when it exits by itself)
 // SIGKILL cannot be recorded: a process that ends without an "exit" line was killed.
 //   --child            first fork a copy of itself named NAME.child (same process group)
+//   --own-pgid         first move to a process group of its own (as shardguard's launcher
+//                      puts each rank), still a child of its parent
 //   --exit-on-term C D after the first SIGTERM, wait D ms (still recording), then exit C
 //                      (a trainer that checkpoints and exits 75)
 // A batch script records its own shell by ending with `exec sg_signal_recorder batch LOG`.
@@ -65,7 +67,8 @@ std::string sender_of(const siginfo_t& si) {
 int main(int argc, char** argv) {
   if (argc < 3) {
     std::fprintf(stderr,
-                 "usage: sg_signal_recorder NAME LOG [--child] [--exit-on-term CODE DELAY_MS]\n");
+                 "usage: sg_signal_recorder NAME LOG [--child] [--own-pgid] "
+                 "[--exit-on-term CODE DELAY_MS]\n");
     return 2;
   }
   g_name = argv[1];
@@ -76,6 +79,8 @@ int main(int argc, char** argv) {
   for (int i = 3; i < argc; ++i) {
     if (std::strcmp(argv[i], "--child") == 0) {
       child = true;
+    } else if (std::strcmp(argv[i], "--own-pgid") == 0) {
+      ::setpgid(0, 0);
     } else if (std::strcmp(argv[i], "--exit-on-term") == 0 && i + 2 < argc) {
       exit_code = std::atoi(argv[i + 1]);
       exit_delay_ms = std::atol(argv[i + 2]);

@@ -7,7 +7,7 @@
 //
 // The conf is made for fast tests: cred_expire, SlurmdTimeout and MessageTimeout are seconds;
 // a low ("low", default) and a high ("high") priority partition with partition_prio
-// preemption in REQUEUE or CANCEL mode; no cgroups (proctrack/pgid), no accounting daemon
+// preemption in REQUEUE or CANCEL mode; no cgroups (proctrack/linuxproc), no accounting daemon
 // (read states with job()). Commands reach the cluster through SLURM_CONF (env(), run()).
 // Timings this Slurm keeps whatever the conf says (slurmctld checks on fixed periods) are
 // in tests/slurm/README.md.
@@ -45,15 +45,18 @@ struct SlurmOptions {
   int nodes = 2;          // named n1..nN
   int cpus_per_node = 2;  // SlurmdParameters=config_overrides: need not match cores
   int real_memory_mb = 1000;
-  std::string preempt_mode = "REQUEUE";      // REQUEUE | CANCEL | OFF (no preemption)
-  int grace_time_s = 5;                      // the low partition's GraceTime
-  int kill_wait_s = 5;                       // KillWait: SIGTERM -> SIGKILL
-  int slurmd_timeout_s = 5;                  // a silent slurmd is marked DOWN after this...
-  int message_timeout_s = 5;                 // ...plus about 2 x this (10 s by default)
-  int cred_expire_s = 5;                     // AuthInfo cred_expire: a requeued job's hold
-  std::string proctrack = "proctrack/pgid";  // or proctrack/linuxproc
-  std::vector<std::string> extra_conf;       // lines appended verbatim (e.g. "RequeueExit=75")
-  std::chrono::seconds start_timeout{45};    // until every node is idle
+  std::string preempt_mode = "REQUEUE";  // REQUEUE | CANCEL | OFF (no preemption)
+  int grace_time_s = 5;                  // the low partition's GraceTime
+  int kill_wait_s = 5;                   // KillWait: SIGTERM -> SIGKILL
+  int slurmd_timeout_s = 5;              // a silent slurmd is marked DOWN after this...
+  int message_timeout_s = 5;             // ...plus about 2 x this (10 s by default)
+  int cred_expire_s = 5;                 // AuthInfo cred_expire: a requeued job's hold
+  // How slurmstepd finds a job's processes (no cgroups here). linuxproc follows parent pids:
+  // like the cgroups of real clusters, it reaches children in process groups of their own
+  // (shardguard's ranks) but loses orphans. pgid signals only the job's process groups.
+  std::string proctrack = "proctrack/linuxproc";
+  std::vector<std::string> extra_conf;     // lines appended verbatim (e.g. "RequeueExit=75")
+  std::chrono::seconds start_timeout{45};  // until every node is idle
 };
 
 // What render_slurm_conf() needs besides the options: where and on which ports.

@@ -29,7 +29,7 @@ std::string render_slurm_conf(const SlurmConfSpec& spec) {
     << "SlurmdLogFile=" << d << "/log/slurmd-%n.log\n"
     << "SlurmctldDebug=info\nSlurmdDebug=info\n"
     << "MailProg=/bin/true\n"
-    // No cgroups: the process tracker follows process groups (or parent pids).
+    // No cgroups: the process tracker follows parent pids (or process groups).
     << "ProctrackType=" << o.proctrack << "\n"
     << "TaskPlugin=task/none\n"
     << "JobAcctGatherType=jobacct_gather/none\n"
@@ -45,8 +45,8 @@ std::string render_slurm_conf(const SlurmConfSpec& spec) {
     << "SchedulerParameters=sched_interval=1,batch_sched_delay=0\n"
     << "SlurmdTimeout=" << o.slurmd_timeout_s
     << "\n"
-    // RPC retries to a dead slurmd (or srun) take about 2 x MessageTimeout: it bounds how
-    // fast a killed node is marked DOWN and how long a cancelled job stays COMPLETING.
+    // RPC retries to a dead slurmd take about 2 x MessageTimeout: a killed node is marked
+    // DOWN after about SlurmdTimeout + 2 x MessageTimeout (26 s with the default 10).
     << "MessageTimeout=" << o.message_timeout_s << "\n"
     << "ReturnToService=2\n"
     << "KillWait=" << o.kill_wait_s << "\n"
