@@ -20,7 +20,8 @@ Scheduler detect(const EnvMap& env) {
 
 Result<NodeCount> parse_node_count(std::string_view text, std::string_view what) {
   auto bad = [&](std::string_view why) {
-    return Error(ErrorCode::kInvalid, std::string(what) + "='" + std::string(text) + "': " + std::string(why));
+    return Error(ErrorCode::kInvalid,
+                 std::string(what) + "='" + std::string(text) + "': " + std::string(why));
   };
   const size_t colon = text.find(':');
   auto min = parse_u32(text.substr(0, colon), what, kMaxU32);
@@ -39,7 +40,8 @@ std::string to_string(const NodeCount& n) {
 
 Result<Endpoint> parse_endpoint(std::string_view text, std::string_view what) {
   auto bad = [&](std::string_view why) {
-    return Error(ErrorCode::kInvalid, std::string(what) + "='" + std::string(text) + "': " + std::string(why));
+    return Error(ErrorCode::kInvalid,
+                 std::string(what) + "='" + std::string(text) + "': " + std::string(why));
   };
   std::string_view host, port;
   if (text.starts_with('[')) {
