@@ -67,6 +67,11 @@ struct JobConfig {
   uint32_t futile_requeue_limit = 3;
   std::vector<int> preemption_exit_codes = {75};  // rank exit codes that mean "preempted"
 
+  // [job] multi-node: a node whose coordinator stays away this long stops its ranks and exits
+  // 75; a job below its minimum number of nodes this long exits 75.
+  Duration coordinator_timeout = std::chrono::minutes(2);
+  Duration rendezvous_timeout = std::chrono::minutes(10);
+
   // [health]
   Duration hang_timeout = std::chrono::minutes(5);  // no heartbeat this long after the first
   Duration startup_timeout = std::chrono::minutes(0);  // 0: no limit before the first

@@ -198,6 +198,8 @@ void read_job(Section s, JobConfig& c) {
   s.string("run_dir", c.run_dir);
   s.string("master_addr", c.master_addr);
   s.integer("master_port", c.master_port, 1, 65535);
+  s.duration("coordinator_timeout", c.coordinator_timeout, true);
+  s.duration("rendezvous_timeout", c.rendezvous_timeout, true);
   if (const toml::node* n = s.get("command");
       n && s.expect(*n, "command", n->is_array(), "an array of strings")) {
     std::vector<std::string> command;
