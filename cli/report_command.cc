@@ -173,7 +173,10 @@ void hang_report(std::string& out, const TimelineRecord& r) {
   std::string line;
   size_t lines = 0, bytes = 0;
   while (lines < kHangReportLines && bytes < kHangReportBytes && std::getline(in, line)) {
-    out += "    " + escape_for_terminal(line.substr(0, kHangReportBytes - bytes)) + "\n";
+    std::string shown = line.substr(0, kHangReportBytes - bytes);
+    // A code block shows tabs as they are; every other control character is made visible.
+    for (size_t tab; (tab = shown.find('\t')) != std::string::npos;) shown.replace(tab, 1, "    ");
+    out += "    " + escape_for_terminal(shown) + "\n";
     bytes += line.size() + 1;
     ++lines;
   }
@@ -185,12 +188,8 @@ void evidence(std::string& out, const TimelineView& v) {
   out += "## Evidence\n\n### Notices\n\n";
   if (v.notices.empty()) out += "None.\n";
   for (const auto& n : v.notices) {
-    out += "- " + utc_time(n.time_unix_ms) + " UTC: ";
-    out += n.shortened ? "deadline shortened (" + md(n.reason) + ")"
-                       : "source **" + md(n.source) + "**, " + md(n.kind) + ": " + md(n.reason) +
-                             " (action " + md(n.action) + (n.preemption ? ", preemption" : "") + ")";
-    if (n.seconds_left) out += ", " + human_seconds(*n.seconds_left) + " left";
-    out += "\n";
+    out += "- " + utc_time(n.time_unix_ms) + " UTC, from **" + md(n.source) + "**" +
+           (n.preemption ? " (a preemption)" : "") + ": " + md(supervisor::describe_notice(n)) + "\n";
   }
   auto section = [&](const char* title, std::initializer_list<std::string_view> types) {
     std::string body;

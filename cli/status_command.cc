@@ -147,10 +147,7 @@ std::string notices_lines(const TimelineView& v) {
   std::string s;
   for (const auto& n : v.notices) {
     if (!s.empty()) s += "\n               ";
-    s += supervisor::utc_time(n.time_unix_ms) + "  ";
-    s += n.shortened ? "deadline shortened: " + esc(n.reason)
-                     : esc(n.source) + " " + esc(n.kind) + ": " + esc(n.reason) + " (" + esc(n.action) + ")";
-    if (n.seconds_left) s += ", " + human_seconds(*n.seconds_left) + " left";
+    s += supervisor::utc_time(n.time_unix_ms) + "  " + supervisor::describe_notice(n);
   }
   return s;
 }

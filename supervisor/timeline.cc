@@ -222,18 +222,19 @@ struct Timeline::State {
       ++a->checkpoints;
       c.emergency = a->emergency_at_step && c.step >= *a->emergency_at_step;
       if (spend == Spend::kTraining || spend == Spend::kLaunching) {
-        // The loop stalled for the save inside the time counted as training so far.
-        const double stall = std::min(c.seconds, seconds_between(since, r.time_unix_ms));
-        const int64_t stall_ms = static_cast<int64_t>(stall * 1000.0);
-        const Spend keep = spend;
-        switch_to(r.time_unix_ms - stall_ms, keep);
-        if (keep == Spend::kTraining) {
+        // The loop stalled for the save inside the time that would count as training.
+        const double span = seconds_between(since, r.time_unix_ms);
+        const double stall = std::min(c.seconds, span);
+        if (spend == Spend::kTraining) {
+          acc.training(span - stall, gpus);
+          a->training_seconds += span - stall;
           acc.badput(policies::Badput::kCheckpoint, stall, gpus);
           a->checkpoint_seconds += stall;
         } else {
+          pending_seconds += span - stall;
           pending_stall += stall;
         }
-        since = r.time_unix_ms;
+        since = std::max(since, r.time_unix_ms);
       }
       train_at_commit = a->training_seconds;
       step_at_commit = c.step;

@@ -10,8 +10,9 @@
 // between runs (after `finish`, or after the last record of a run that ended without one)
 // nothing is allocated. Each allocated second is one of:
 //   training    from `ranks_ready` to `teardown`; it ends earlier at a hang (the rank's last
-//               heartbeat: `hang` time - seconds_since_heartbeat) and at the commit of an
-//               emergency checkpoint (the ranks only exit after it)
+//               heartbeat, `hang` time - seconds_since_heartbeat, or the last commit if that
+//               came later) and at the commit of an emergency checkpoint (the ranks only exit
+//               after it)
 //   checkpoint  the save stalls inside training: each `checkpoint_committed` record's seconds
 //               (begin -> commit; exact for synchronous saves, an overestimate for async ones,
 //               whose stall is only the snapshot: the record does not say which it was)

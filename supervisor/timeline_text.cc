@@ -36,6 +36,29 @@ std::string with_detail(std::string text, const std::string& detail) {
   return detail.empty() ? text : text + ": " + detail;
 }
 
+std::string notice_raw(const NoticeView& n) {
+  if (n.shortened)
+    return "deadline shortened by " + n.reason +
+           (n.seconds_left ? ": " + human_seconds(*n.seconds_left) + " left" : "");
+  std::string origin = n.source;
+  if (!n.kind.empty() && n.kind != n.source) origin += (origin.empty() ? "" : " ") + n.kind;
+  std::string s = n.reason.empty() ? origin : n.reason;
+  std::string tail = origin;
+  if (!n.action.empty()) tail += (tail.empty() ? "" : ", ") + n.action;
+  if (n.seconds_left) tail += (tail.empty() ? "" : ", ") + human_seconds(*n.seconds_left) + " left";
+  return tail.empty() ? s : s + " (" + tail + ")";
+}
+
+NoticeView notice_of(const TimelineRecord& r) {
+  NoticeView n;
+  n.source = r.text("source");
+  n.kind = r.text("kind");
+  n.reason = r.text("reason");
+  n.action = r.text("action");
+  n.seconds_left = r.number("seconds_left");
+  return n;
+}
+
 std::string generic(const TimelineRecord& r) {
   std::string out;
   for (const auto& f : r.fields) out += (out.empty() ? "" : " ") + f.key + "=" + r.text(f.key);
@@ -82,12 +105,7 @@ std::string describe_raw(const TimelineRecord& r) {
            ": " + r.text("error");
   if (t == "stale_commit")
     return "commit of step " + count_field(r, "step") + " by an older " + attempt + " ignored";
-  if (t == "notice") {
-    std::string s = r.text("source") + " " + r.text("kind") + ": " + r.text("reason") + " (" +
-                    r.text("action");
-    if (auto left = r.number("seconds_left")) s += ", " + human_seconds(*left) + " left";
-    return s + ")";
-  }
+  if (t == "notice") return notice_raw(notice_of(r));
   if (t == "deadline_shortened")
     return "deadline shortened (" + r.text("reason") + "): " + seconds_field(r, "seconds_left") +
            " left";
@@ -180,6 +198,10 @@ std::string utc_time(int64_t unix_ms) {
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02d %02d:%02d:%02d.%03d", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, ms);
   return buf;
+}
+
+std::string describe_notice(const NoticeView& notice) {
+  return escape_for_terminal(notice_raw(notice));
 }
 
 std::string describe_record(const TimelineRecord& record) {

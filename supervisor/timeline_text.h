@@ -25,6 +25,10 @@ std::string percent(double ratio);
 // "2024-05-01 12:00:00.123" (UTC).
 std::string utc_time(int64_t unix_ms);
 
+// "aws-spot-interruption (aws spot-interruption, stop, 2.0 min left)": the notice's reason, then
+// where it came from and what it asks. Escaped for the terminal.
+std::string describe_notice(const NoticeView& notice);
+
 // One line for `record`, e.g. "attempt 2: 3 ranks, resuming from step 300" or
 // "step 600 committed in 120 ms (emergency)". Escaped for the terminal.
 std::string describe_record(const TimelineRecord& record);

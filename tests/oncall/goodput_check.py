@@ -13,7 +13,7 @@ The definition it implements (supervisor/timeline.h, issue 14), read here attemp
 rather than as the supervisor's state machine: each run is allocated from `start` to `finish`
 (or to its last record) with the attempt's world size (`launch` nproc; the `start` nproc before
 the first launch); an attempt trains from `ranks_ready` to the first of teardown, the commit of
-its emergency checkpoint, and a hang's last heartbeat; the seconds of each commit inside that
+its emergency checkpoint, and a hang's last heartbeat (or a commit after it); the seconds of each commit inside that
 span are checkpoint stalls; an attempt without `ranks_ready` trained from its launch to its
 teardown only if it committed something or ended in success; start -> first node_joined is
 waiting; every other allocated second is restart; and each attempt_end's lost_steps x the
@@ -84,8 +84,14 @@ def attempt_figures(recs, start_t, end_t):
             break
     hang = first("hang")
     if hang is not None and ready is not None and hang["time_unix_ms"] <= train_end:
+        # Training stopped at the hung rank's last heartbeat - or at a commit after it, which
+        # shows the job still got that far.
         quiet_ms = int(max(0.0, num(hang, "seconds_since_heartbeat", 0)) * 1000)
-        train_end = min(train_end, max(ready["time_unix_ms"], hang["time_unix_ms"] - quiet_ms))
+        last = ready["time_unix_ms"]
+        for r, _ in commits:
+            if last <= r["time_unix_ms"] <= hang["time_unix_ms"]:
+                last = r["time_unix_ms"]
+        train_end = min(train_end, max(last, hang["time_unix_ms"] - quiet_ms))
     cls = end.get("class") if end else "unknown"
     if ready is not None:
         train_start = ready["time_unix_ms"]

@@ -108,7 +108,7 @@ TEST_CASE("Goodput of a killed, SIGTERMed and resumed run: status and report agr
   CHECK_THAT(page.out, Catch::Contains("goodput      "));
   // Budgets belong to one `shardguard run`: the crash was in the first.
   CHECK_THAT(page.out, Catch::Contains("crash: 0 used (1 over all runs)"));
-  CHECK_THAT(page.out, Catch::Contains("signal terminate"));
+  CHECK_THAT(page.out, Catch::Contains("terminate (signal terminate, stop, 20.0 s left)"));
   CHECK_THAT(page.out, Catch::Contains("succeeded (exit 0)"));
   // No number in exponent form (a number, not part of a word or a path, then e/E and digits).
   CHECK_FALSE(std::regex_search(page.out + slurp(status_json) + slurp(report),

@@ -119,7 +119,7 @@ TEST_CASE("Every record kind is described in one escaped line", "[timeline][unit
       {L(1, "checkpoint_now", R"j("attempt":0,"at_step":120,"kind":"emergency","reason":"aws-spot","deadline_unix_ms":5,"seconds_left":118.5)j"), "emergency checkpoint of step 120 requested (aws-spot), 2.0 min left"},
       {L(1, "checkpoint_committed", R"j("attempt":0,"step":50,"seconds":0.013,"manifest":"m","bytes":1610612736)j"), "step 50 committed in 13 ms, 1.50 GiB"},
       {L(1, "checkpoint_failed", R"j("attempt":0,"rank":1,"step":50,"error":"No space left on device","no_space":true)j"), "rank 1 could not save step 50: No space"},
-      {L(1, "notice", R"j("node":0,"source":"aws","kind":"spot-interruption","reason":"aws-spot-interruption","action":"stop","preemption":true,"seconds_left":120)j"), "aws spot-interruption: aws-spot-interruption (stop, 2.0 min left)"},
+      {L(1, "notice", R"j("node":0,"source":"aws","kind":"spot-interruption","reason":"aws-spot-interruption","action":"stop","preemption":true,"seconds_left":120)j"), "aws-spot-interruption (aws spot-interruption, stop, 2.0 min left)"},
       {L(1, "deadline_shortened", R"j("reason":"sigterm","seconds_left":30)j"), "deadline shortened (sigterm): 30.0 s left"},
       {L(1, "node_unhealthy", R"j("node":0,"evidence":"xid: Xid 79 (GPU has fallen off the bus)")j"), "node 0 unhealthy: xid: Xid 79"},
       {L(1, "hang", R"j("attempt":0,"rank":1,"step":120,"seconds_since_heartbeat":1.3)j"), "rank 1 hung at step 120 (no heartbeat for 1.3 s)"},
