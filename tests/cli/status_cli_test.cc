@@ -21,6 +21,7 @@ const char* kEvilReason = "evil\\n2099-01-01 00:00:00.000  0 ms  finish  run suc
 struct HungAndDrainedRun {
   RunDirs d;
   int exit_code = -1;
+  CommandResult live;  // `status --json` while attempt 1 was running
 
   HungAndDrainedRun() {
     std::ofstream(d.config()) << "[job]\ncheckpoint_dir = \"" << d.ckpt() << "\"\nrun_dir = \""
@@ -41,6 +42,7 @@ struct HungAndDrainedRun {
         },
         60s);
     if (!relaunched) return;
+    live = run_command(shardguard_bin() + " status --json --run-dir " + d.run());
     auto drain = run_command(shardguard_bin() + " drain --run-dir " + d.run() +
                              " --deadline 20s --reason \"$(printf '" + kEvilReason + "')\"");
     if (drain.exit_code != 0) return;
@@ -89,6 +91,26 @@ TEST_CASE("status: the page for a person after a hang and a drain", "[status][in
   CHECK_THAT(page.out, Catch::Contains("\\x1b[2J"));
   check_not_forged(page.out);
   CHECK_FALSE(has_exponent(page.out));
+}
+
+TEST_CASE("status of a live run: the supervisor answers, time counts up to now",
+          "[status][integration]") {
+  auto& r = shared_run();
+  REQUIRE(r.exit_code == 75);
+  REQUIRE(r.live.exit_code == 0);
+  INFO(r.live.out);
+  boost::system::error_code ec;
+  json::value v = json::parse(r.live.out, ec);
+  REQUIRE_FALSE(ec);
+  const json::object& o = v.as_object();
+  CHECK(o.at("supervisor_alive").as_bool());
+  CHECK_FALSE(o.at("finished").as_bool());
+  CHECK(o.at("attempt").as_int64() == 1);
+  const std::string state(o.at("state").as_string());
+  CHECK((state == "running" || state == "checkpointing"));
+  // The open phase runs to now, past the last record.
+  CHECK(o.at("now_unix_ms").as_int64() >= o.at("last_unix_ms").as_int64());
+  CHECK(o.at("goodput").as_object().at("allocated_gpu_seconds").to_number<double>() > 0);
 }
 
 TEST_CASE("status --json: the machine form", "[status][integration]") {
