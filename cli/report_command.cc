@@ -48,7 +48,7 @@ std::string fixed3(double v) { return supervisor::plain_number(v, 3); }
 
 std::string share(double part, double whole) { return percent(whole > 0 ? part / whole : 0); }
 
-void summary(std::string& out, const TimelineView& v, int64_t now_ms) {
+void summary(std::string& out, const TimelineView& v, int64_t now_ms, bool live) {
   const auto& g = v.goodput;
   out += "## Summary\n\n| | |\n|---|---|\n";
   auto row = [&](const std::string& k, const std::string& val) { out += "| " + k + " | " + val + " |\n"; };
@@ -71,15 +71,18 @@ void summary(std::string& out, const TimelineView& v, int64_t now_ms) {
     const auto& bytes = c.bytes;
     row("Last committed checkpoint",
         "step " + std::to_string(c.step) + " at " + utc_time(c.time_unix_ms) + " UTC (" +
-            human_seconds(double(now_ms - c.time_unix_ms) / 1000.0) + " before the report's end)" +
+            human_seconds(double(now_ms - c.time_unix_ms) / 1000.0) +
+            (live ? " ago)" : " before the last record)") +
             (c.emergency ? ", emergency" : "") + (bytes ? ", " + format_size(*bytes) : ""));
   } else {
     row("Last committed checkpoint", "none");
   }
   double lost_seconds = 0;
   for (const auto& a : v.attempts) lost_seconds += a.lost_seconds;
-  row("Lost steps", std::to_string(v.lost_steps) + " (about " + human_seconds(lost_seconds) +
-                        " of training redone)");
+  row("Lost steps", std::to_string(v.lost_steps) +
+                        (v.lost_steps ? " (about " + human_seconds(lost_seconds) +
+                                            " of training redone)"
+                                      : ""));
   std::string restarts;
   for (const auto& r : v.restarts) {
     if (r.used_total == 0) continue;
@@ -123,6 +126,12 @@ void restarts(std::string& out, const TimelineView& v) {
     std::string then = a.backoff_seconds ? "restart after " + human_seconds(*a.backoff_seconds)
                                          : std::string();
     if (!a.gave_up.empty()) then = "gave up: " + md(a.gave_up);
+    // The last attempt of a finished run: the run's own end.
+    const auto& run = v.runs[std::min(a.run, v.runs.size() - 1)];
+    const bool last_of_run = &a == &v.attempts.back() || (&a + 1)->run != a.run;
+    if (then.empty() && last_of_run && run.finish_unix_ms)
+      then = "run " + md(run.final_state) +
+             (run.exit_code ? " (exit " + std::to_string(*run.exit_code) + ")" : "");
     out += "| " + std::to_string(a.attempt) + " | " + std::to_string(a.nproc) + " | " +
            (a.resume_step ? "step " + std::to_string(*a.resume_step) : std::string("fresh start")) +
            " | " + ran + " | " + (a.end_unix_ms ? utc_time(*a.end_unix_ms) : std::string("-")) +
@@ -250,7 +259,7 @@ int report(const ReportArgs& a) {
                                                       : "; no supervisor answers and the run "
                                                         "recorded no finish.") +
          "\n\n";
-  summary(out, v, loaded->now_unix_ms);
+  summary(out, v, loaded->now_unix_ms, loaded->supervisor_alive && !v.finished);
   lost_time(out, v);
   restarts(out, v);
   timeline(out, loaded->timeline.records(), v.first_unix_ms);

@@ -292,3 +292,41 @@ TEST_CASE("status --follow --json streams JSON lines; --follow-for bounds it",
   CHECK_THAT(text, Catch::Contains("\n{\"time_unix_ms\":1700000000100,\"event\":\"notice\","
                                    "\"reason\":\"r\\u001b\",\"seconds_left\":0.025}\n"));
 }
+
+TEST_CASE("report: node health and checkpoint evidence from the records", "[report][integration]") {
+  TempDir t;
+  const std::string run = t / "run";
+  std::filesystem::create_directories(run);
+  spit(run + "/events.jsonl",
+       "{\"time_unix_ms\":1700000000000,\"event\":\"start\",\"job_id\":\"llm|7b\",\"nproc\":8}\n"
+       "{\"time_unix_ms\":1700000000010,\"event\":\"launch\",\"attempt\":4,\"nproc\":8,\"resume_step\":1200}\n"
+       "{\"time_unix_ms\":1700000000020,\"event\":\"resume_skipped\",\"step\":1500,\"state\":\"corrupt\","
+       "\"why\":\"shard-00003-of-00008.safetensors: size 12 != 4096\"}\n"
+       "{\"time_unix_ms\":1700000005000,\"event\":\"ranks_ready\",\"attempt\":4}\n"
+       "{\"time_unix_ms\":1700000900000,\"event\":\"node_unhealthy\",\"node\":0,"
+       "\"evidence\":\"xid: Xid 79 on GPU 3 (fallen off the bus) <script>\"}\n"
+       "{\"time_unix_ms\":1700000900000,\"event\":\"notice\",\"source\":\"health\",\"kind\":\"node-unhealthy\","
+       "\"reason\":\"node-unhealthy\",\"action\":\"stop\",\"preemption\":false,\"seconds_left\":30}\n"
+       "{\"time_unix_ms\":1700000901000,\"event\":\"checkpoint_failed\",\"attempt\":4,\"rank\":3,\"step\":1800,"
+       "\"error\":\"write: Input/output error\",\"no_space\":false}\n"
+       "{\"time_unix_ms\":1700000902000,\"event\":\"teardown\",\"attempt\":4,\"why\":\"the emergency checkpoint failed\"}\n"
+       "{\"time_unix_ms\":1700000903000,\"event\":\"attempt_end\",\"attempt\":4,\"class\":\"infrastructure\","
+       "\"detail\":\"node unhealthy\",\"seconds\":903,\"max_step\":1790,\"lost_steps\":590}\n"
+       "{\"time_unix_ms\":1700000903000,\"event\":\"finish\",\"state\":\"preempted\",\"exit_code\":75,"
+       "\"summary\":\"emergency checkpoint FAILED\"}\n");
+  auto out = run_command(shardguard_bin() + " report --run-dir " + run);
+  REQUIRE(out.exit_code == 0);
+  INFO(out.out);
+  const std::string& md = out.out;
+  CHECK_THAT(md, Catch::Contains("# Incident report: job llm\\|7b"));  // no table cell forged
+  CHECK_THAT(md, Catch::Contains("node 0 unhealthy: xid: Xid 79 on GPU 3"));
+  CHECK_THAT(md, Catch::Contains("&lt;script&gt;"));
+  CHECK(md.find("<script>") == std::string::npos);
+  CHECK_THAT(md, Catch::Contains("rank 3 could not save step 1800: write: Input/output error"));
+  CHECK_THAT(md, Catch::Contains("resume skips step 1500 (corrupt)"));
+  CHECK_THAT(md, Catch::Contains("from **health**: node-unhealthy (health node-unhealthy, stop, 30.0 s left)"));
+  CHECK_THAT(md, Catch::Contains("| 4 | 8 | step 1200 | 15.0 min | "));
+  CHECK_THAT(md, Catch::Contains("| infrastructure | node unhealthy | 590 ("));
+  CHECK_THAT(md, Catch::Contains("| run preempted (exit 75) |"));
+  CHECK_THAT(md, Catch::Contains("| Lost steps | 590 (about "));
+}
