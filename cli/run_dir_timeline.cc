@@ -21,6 +21,14 @@ constexpr size_t kMaxLine = 4 << 20;
 
 Result<supervisor::RestartBudgets> budgets_from_config(const std::string& path) {
   SG_ASSIGN_OR_RETURN(supervisor::JobConfig c, supervisor::load_job_config(path));
+  return budgets_of(c);
+}
+
+RunDirTimeline empty_run_dir(const std::string& run_dir) {
+  return RunDirTimeline{supervisor::Timeline{}, join_path(run_dir, "events.jsonl")};
+}
+
+supervisor::RestartBudgets budgets_of(const supervisor::JobConfig& c) {
   auto b = [](const supervisor::RestartBudget& r) {
     return policies::Budget{r.max_restarts, r.window};
   };

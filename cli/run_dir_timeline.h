@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/result.h"
+#include "supervisor/job_config.h"
 #include "supervisor/timeline.h"
 
 namespace shardguard::cli {
@@ -25,8 +26,13 @@ struct RunDirTimeline {
   uint64_t bytes_read = 0;  // where a follower goes on
 };
 
-// The [restart.*] budgets of the job config at `path` (errors name the file, line and key).
+// The [restart.*] budgets of a job config, by exit class name, as the timeline wants them.
+supervisor::RestartBudgets budgets_of(const supervisor::JobConfig& config);
+// The same, read from the job config at `path` (errors name the file, line and key).
 Result<supervisor::RestartBudgets> budgets_from_config(const std::string& path);
+
+// An empty timeline of <run_dir>/events.jsonl, for following a run that has not begun.
+RunDirTimeline empty_run_dir(const std::string& run_dir);
 
 // Reads <run_dir>/events.jsonl (kNotFound when there is none) into a timeline.
 Result<RunDirTimeline> load_run_dir(const std::string& run_dir,

@@ -15,6 +15,7 @@
 #include "cli/run_dir_timeline.h"
 #include "cli/status_json.h"
 #include "core/exit_codes.h"
+#include "core/filesystem.h"
 #include "core/terminal_text.h"
 #include "core/units.h"
 #include "supervisor/timeline_text.h"
@@ -263,6 +264,12 @@ int status(const StatusArgs& a) {
     budgets = std::move(*b);
   }
   auto loaded = load_run_dir(a.run_dir, budgets);
+  if (!loaded.ok() && a.follow && loaded.error().code() == ErrorCode::kNotFound) {
+    // Following a run that has not begun yet: its records will come.
+    std::printf("waiting for '%s'\n", esc(join_path(a.run_dir, "events.jsonl")).c_str());
+    std::fflush(stdout);
+    return follow(a, empty_run_dir(a.run_dir), 0);
+  }
   if (!loaded.ok()) {
     std::fprintf(stderr, "shardguard status: no timeline in '%s': %s\n", esc(a.run_dir).c_str(),
                  loaded.error().message().c_str());

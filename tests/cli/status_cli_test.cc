@@ -274,6 +274,19 @@ TEST_CASE("status --follow streams appended records until SIGINT", "[status][int
   CHECK(text.find('\x1b') == std::string::npos);
 }
 
+TEST_CASE("status --follow waits for a run that has not begun", "[status][integration]") {
+  TempDir t;
+  const std::string run = t / "run", out = t / "follow.out";
+  Background follow({shardguard_bin(), "status", "--run-dir", run, "--follow", "--poll", "20ms"}, out);
+  REQUIRE(eventually([&] { return slurp(out).find("waiting for") != std::string::npos; }, 10s));
+  std::filesystem::create_directories(run);
+  spit(run + "/events.jsonl",
+       "{\"time_unix_ms\":1700000000000,\"event\":\"start\",\"job_id\":\"late\",\"nproc\":1}\n");
+  REQUIRE(eventually([&] { return slurp(out).find("job late, 1 rank") != std::string::npos; }, 10s));
+  follow.signal(SIGTERM);
+  CHECK(follow.wait(5s) == 0);
+}
+
 TEST_CASE("status --follow --json streams JSON lines; --follow-for bounds it",
           "[status][integration]") {
   TempDir t;
