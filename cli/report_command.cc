@@ -1,7 +1,6 @@
 #include "cli/report_command.h"
 
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -31,14 +30,29 @@ std::string md(const std::string& text) {
   std::string out;
   for (char c : escape_for_terminal(text)) {
     switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '\\': case '|': case '[': case ']': case '*': case '_': case '`': case '#': case '!':
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '&':
+        out += "&amp;";
+        break;
+      case '\\':
+      case '|':
+      case '[':
+      case ']':
+      case '*':
+      case '_':
+      case '`':
+      case '#':
+      case '!':
         out += '\\';
         out += c;
         break;
-      default: out += c;
+      default:
+        out += c;
     }
   }
   return out;
@@ -51,7 +65,9 @@ std::string share(double part, double whole) { return percent(whole > 0 ? part /
 void summary(std::string& out, const TimelineView& v, int64_t now_ms, bool live) {
   const auto& g = v.goodput;
   out += "## Summary\n\n| | |\n|---|---|\n";
-  auto row = [&](const std::string& k, const std::string& val) { out += "| " + k + " | " + val + " |\n"; };
+  auto row = [&](const std::string& k, const std::string& val) {
+    out += "| " + k + " | " + val + " |\n";
+  };
   std::string outcome = md(v.state);
   if (!v.runs.empty()) {
     const auto& run = v.runs.back();
@@ -64,7 +80,8 @@ void summary(std::string& out, const TimelineView& v, int64_t now_ms, bool live)
           " attempt(s), " + utc_time(v.first_unix_ms) + " to " + utc_time(v.last_unix_ms) +
           " UTC (" + human_seconds(double(v.last_unix_ms - v.first_unix_ms) / 1000.0) + ")");
   std::string steps = v.step ? std::to_string(*v.step) : std::string("unknown");
-  if (v.steps_per_second) steps += ", " + supervisor::plain_number(*v.steps_per_second, 2) + " steps/s while training";
+  if (v.steps_per_second)
+    steps += ", " + supervisor::plain_number(*v.steps_per_second, 2) + " steps/s while training";
   row("Step reached", steps);
   if (v.last_checkpoint) {
     const auto& c = *v.last_checkpoint;
@@ -72,22 +89,23 @@ void summary(std::string& out, const TimelineView& v, int64_t now_ms, bool live)
     row("Last committed checkpoint",
         "step " + std::to_string(c.step) + " at " + utc_time(c.time_unix_ms) + " UTC (" +
             human_seconds(double(now_ms - c.time_unix_ms) / 1000.0) +
-            (live ? " ago)" : " before the last record)") +
-            (c.emergency ? ", emergency" : "") + (bytes ? ", " + format_size(*bytes) : ""));
+            (live ? " ago)" : " before the last record)") + (c.emergency ? ", emergency" : "") +
+            (bytes ? ", " + format_size(*bytes) : ""));
   } else {
     row("Last committed checkpoint", "none");
   }
   double lost_seconds = 0;
   for (const auto& a : v.attempts) lost_seconds += a.lost_seconds;
-  row("Lost steps", std::to_string(v.lost_steps) +
-                        (v.lost_steps ? " (about " + human_seconds(lost_seconds) +
-                                            " of training redone)"
-                                      : ""));
+  row("Lost steps",
+      std::to_string(v.lost_steps) +
+          (v.lost_steps ? " (about " + human_seconds(lost_seconds) + " of training redone)" : ""));
   std::string restarts;
   for (const auto& r : v.restarts) {
     if (r.used_total == 0) continue;
-    restarts += (restarts.empty() ? "" : ", ") + md(r.exit_class) + " " + std::to_string(r.used_total);
-    if (r.left && r.max) restarts += " (" + std::to_string(*r.left) + " of " + std::to_string(*r.max) + " left)";
+    restarts +=
+        (restarts.empty() ? "" : ", ") + md(r.exit_class) + " " + std::to_string(r.used_total);
+    if (r.left && r.max)
+      restarts += " (" + std::to_string(*r.left) + " of " + std::to_string(*r.max) + " left)";
   }
   row("Restarts", restarts.empty() ? "none" : restarts);
   row("Notices", std::to_string(v.notices.size()));
@@ -99,8 +117,9 @@ void summary(std::string& out, const TimelineView& v, int64_t now_ms, bool live)
 
 void lost_time(std::string& out, const TimelineView& v) {
   const auto& g = v.goodput;
-  out += "## Lost time by cause\n\nGPU-seconds: allocated GPUs x seconds (goodput = productive / "
-         "allocated).\n\n| cause | GPU-seconds | share | what it is |\n|---|---:|---:|---|\n";
+  out +=
+      "## Lost time by cause\n\nGPU-seconds: allocated GPUs x seconds (goodput = productive / "
+      "allocated).\n\n| cause | GPU-seconds | share | what it is |\n|---|---:|---:|---|\n";
   auto row = [&](const std::string& cause, double value, const std::string& what) {
     out += "| " + cause + " | " + fixed3(value) + " | " + share(value, g.allocated_gpu_seconds) +
            " | " + what + " |\n";
@@ -116,15 +135,17 @@ void lost_time(std::string& out, const TimelineView& v) {
 }
 
 void restarts(std::string& out, const TimelineView& v) {
-  out += "## Attempts and the causes of each restart\n\n"
-         "| attempt | ranks | resumed from | ran | ended | class | cause | lost steps | then |\n"
-         "|---:|---:|---|---|---|---|---|---|---|\n";
+  out +=
+      "## Attempts and the causes of each restart\n\n"
+      "| attempt | ranks | resumed from | ran | ended | class | cause | lost steps | then |\n"
+      "|---:|---:|---|---|---|---|---|---|---|\n";
   for (const auto& a : v.attempts) {
-    const std::string ran =
-        a.end_unix_ms ? human_seconds(double(*a.end_unix_ms - a.launch_unix_ms) / 1000.0) : "running";
+    const std::string ran = a.end_unix_ms
+                                ? human_seconds(double(*a.end_unix_ms - a.launch_unix_ms) / 1000.0)
+                                : "running";
     std::string cause = a.end_detail.empty() ? a.teardown_why : a.end_detail;
-    std::string then = a.backoff_seconds ? "restart after " + human_seconds(*a.backoff_seconds)
-                                         : std::string();
+    std::string then =
+        a.backoff_seconds ? "restart after " + human_seconds(*a.backoff_seconds) : std::string();
     if (!a.gave_up.empty()) then = "gave up: " + md(a.gave_up);
     // The last attempt of a finished run: the run's own end.
     const auto& run = v.runs[std::min(a.run, v.runs.size() - 1)];
@@ -136,8 +157,7 @@ void restarts(std::string& out, const TimelineView& v) {
            (a.resume_step ? "step " + std::to_string(*a.resume_step) : std::string("fresh start")) +
            " | " + ran + " | " + (a.end_unix_ms ? utc_time(*a.end_unix_ms) : std::string("-")) +
            " | " + md(a.end_class) + " | " + md(cause) + " | " + std::to_string(a.lost_steps) +
-           (a.lost_steps ? " (" + human_seconds(a.lost_seconds) + ")" : "") + " | " + then +
-           " |\n";
+           (a.lost_steps ? " (" + human_seconds(a.lost_seconds) + ")" : "") + " | " + then + " |\n";
   }
   out += "\n";
 }
@@ -172,8 +192,8 @@ void timeline(std::string& out, const std::vector<TimelineRecord>& records, int6
 
 void hang_report(std::string& out, const TimelineRecord& r) {
   const std::string path = r.text("report");
-  out += "#### Rank " + md(r.text("rank")) + ", attempt " + md(r.text("attempt")) + ": " + md(path) +
-         "\n\n";
+  out += "#### Rank " + md(r.text("rank")) + ", attempt " + md(r.text("attempt")) + ": " +
+         md(path) + "\n\n";
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     out += "(the report file cannot be read any more)\n\n";
@@ -198,7 +218,8 @@ void evidence(std::string& out, const TimelineView& v) {
   if (v.notices.empty()) out += "None.\n";
   for (const auto& n : v.notices) {
     out += "- " + utc_time(n.time_unix_ms) + " UTC, from **" + md(n.source) + "**" +
-           (n.preemption ? " (a preemption)" : "") + ": " + md(supervisor::describe_notice(n)) + "\n";
+           (n.preemption ? " (a preemption)" : "") + ": " + md(supervisor::describe_notice(n)) +
+           "\n";
   }
   auto section = [&](const char* title, std::initializer_list<std::string_view> types) {
     std::string body;
@@ -254,10 +275,12 @@ int report(const ReportArgs& a) {
   out += "Generated " + utc_time(to_unix_ms(RealClock::instance().wall_now())) +
          " UTC by `shardguard report` from " + md(loaded->events_path) + ": " +
          std::to_string(v.records) + " records" +
-         (v.skipped_lines ? ", " + std::to_string(v.skipped_lines) + " malformed line(s) skipped" : "") +
-         (v.finished ? "." : loaded->supervisor_alive ? "; the run is still going."
-                                                      : "; no supervisor answers and the run "
-                                                        "recorded no finish.") +
+         (v.skipped_lines ? ", " + std::to_string(v.skipped_lines) + " malformed line(s) skipped"
+                          : "") +
+         (v.finished                 ? "."
+          : loaded->supervisor_alive ? "; the run is still going."
+                                     : "; no supervisor answers and the run "
+                                       "recorded no finish.") +
          "\n\n";
   summary(out, v, loaded->now_unix_ms, loaded->supervisor_alive && !v.finished);
   lost_time(out, v);

@@ -41,8 +41,8 @@ supervisor::RestartBudgets budgets_of(const supervisor::JobConfig& c) {
 }
 
 bool supervisor_listening(const std::string& run_dir) {
-  auto client = io::UnixSocketClient::connect(
-      agent::agent_socket_path(supervisor::absolute_path(run_dir)));
+  auto client =
+      io::UnixSocketClient::connect(agent::agent_socket_path(supervisor::absolute_path(run_dir)));
   return client.ok();
 }
 

@@ -5,7 +5,6 @@
 // then streams the records appended to events.jsonl until SIGINT/SIGTERM or --follow-for.
 // Everything that came from a file is escaped for the terminal.
 #include <CLI/CLI.hpp>
-
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -23,9 +22,9 @@
 namespace shardguard::cli {
 namespace {
 
+using supervisor::human_seconds;
 using supervisor::TimelineRecord;
 using supervisor::TimelineView;
-using supervisor::human_seconds;
 
 struct StatusArgs {
   std::string run_dir;
@@ -60,7 +59,8 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
-  struct sigaction old_int_ {}, old_term_ {};
+  struct sigaction old_int_ {
+  }, old_term_{};
 };
 
 std::string esc(const std::string& s) { return escape_for_terminal(s); }
@@ -100,9 +100,12 @@ std::string state_line(const RunDirTimeline& loaded, const TimelineView& v) {
 std::string step_line(const TimelineView& v) {
   if (!v.step) return "unknown";
   std::string s = std::to_string(*v.step);
-  if (v.step_source == "checkpoint") s += " (as of the last checkpoint)";
-  else if (v.step_source == "resume") s += " (resumed from; no checkpoint yet in this attempt)";
-  else if (!v.step_source.empty()) s += " (at the " + v.step_source + ")";
+  if (v.step_source == "checkpoint")
+    s += " (as of the last checkpoint)";
+  else if (v.step_source == "resume")
+    s += " (resumed from; no checkpoint yet in this attempt)";
+  else if (!v.step_source.empty())
+    s += " (at the " + v.step_source + ")";
   if (v.steps_per_second)
     s += " - " + supervisor::plain_number(*v.steps_per_second, 2) + " steps/s while training";
   return s;
@@ -113,7 +116,8 @@ std::string checkpoint_line(const TimelineView& v) {
   const auto& c = *v.last_checkpoint;
   const int64_t wall = to_unix_ms(RealClock::instance().wall_now());
   std::string s = "step " + std::to_string(c.step) + ", committed " + ago(wall, c.time_unix_ms) +
-                  " (" + supervisor::utc_time(c.time_unix_ms) + " UTC) in " + human_seconds(c.seconds);
+                  " (" + supervisor::utc_time(c.time_unix_ms) + " UTC) in " +
+                  human_seconds(c.seconds);
   if (c.emergency) s += ", emergency";
   if (c.bytes) s += ", " + format_size(*c.bytes);
   return s + " - " + std::to_string(v.checkpoints) + " committed in all";
@@ -163,7 +167,8 @@ std::string goodput_lines(const TimelineView& v) {
   for (policies::Badput cause : policies::kAllBadput) {
     if (!first) s += " - ";
     first = false;
-    const double share = g.allocated_gpu_seconds > 0 ? g.badput(cause) / g.allocated_gpu_seconds : 0;
+    const double share =
+        g.allocated_gpu_seconds > 0 ? g.badput(cause) / g.allocated_gpu_seconds : 0;
     s += std::string(policies::badput_name(cause)) + " " + supervisor::percent(share) + " (" +
          supervisor::human_gpu_seconds(g.badput(cause)) + ")";
   }
@@ -172,8 +177,8 @@ std::string goodput_lines(const TimelineView& v) {
 
 std::string page(const StatusArgs& a, const RunDirTimeline& loaded, const TimelineView& v) {
   std::string job = v.runs.empty() ? "" : v.runs.back().job_id;
-  std::string out = "job " + (job.empty() ? std::string("?") : esc(job)) + " - run dir " +
-                    esc(a.run_dir) + "\n";
+  std::string out =
+      "job " + (job.empty() ? std::string("?") : esc(job)) + " - run dir " + esc(a.run_dir) + "\n";
   auto row = [&](const char* label, const std::string& text) {
     char buf[24];
     std::snprintf(buf, sizeof buf, "  %-12s ", label);
@@ -188,21 +193,21 @@ std::string page(const StatusArgs& a, const RunDirTimeline& loaded, const Timeli
     attempts_losing += at.lost_steps > 0 ? 1 : 0;
     lost_seconds += at.lost_seconds;
   }
-  row("lost steps", std::to_string(v.lost_steps) +
-                        (v.lost_steps ? " in " + std::to_string(attempts_losing) +
-                                            " attempt(s), about " + human_seconds(lost_seconds) +
-                                            " of training redone"
-                                      : ""));
+  row("lost steps",
+      std::to_string(v.lost_steps) +
+          (v.lost_steps ? " in " + std::to_string(attempts_losing) + " attempt(s), about " +
+                              human_seconds(lost_seconds) + " of training redone"
+                        : ""));
   row("restarts", restarts_line(v) + (a.config.empty() && !v.restarts.empty()
                                           ? "  (--config job.toml shows what is left)"
                                           : ""));
   row("notices", notices_lines(v));
   row("goodput", goodput_lines(v));
-  row("runs", std::to_string(v.runs.size()) + ", " + std::to_string(v.attempts.size()) +
-                  " attempt(s), " + std::to_string(v.records) + " records" +
-                  (v.skipped_lines ? ", " + std::to_string(v.skipped_lines) +
-                                         " malformed line(s) skipped"
-                                   : ""));
+  row("runs",
+      std::to_string(v.runs.size()) + ", " + std::to_string(v.attempts.size()) + " attempt(s), " +
+          std::to_string(v.records) + " records" +
+          (v.skipped_lines ? ", " + std::to_string(v.skipped_lines) + " malformed line(s) skipped"
+                           : ""));
   const auto& records = loaded.timeline.records();
   const size_t from = a.lines == 0 || records.size() <= a.lines ? 0 : records.size() - a.lines;
   out += "\ntimeline";
@@ -232,7 +237,8 @@ int follow(const StatusArgs& a, const RunDirTimeline& loaded, int64_t first_ms) 
       std::fprintf(stderr, "shardguard status: %s\n", lines.error().message().c_str());
       return kExitFailure;
     }
-    if (tail.restarted() && !a.json) std::printf("-- events.jsonl was replaced; reading it again\n");
+    if (tail.restarted() && !a.json)
+      std::printf("-- events.jsonl was replaced; reading it again\n");
     for (const auto& line : *lines) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
       auto r = supervisor::parse_timeline_line(line);
@@ -294,8 +300,9 @@ int status(const StatusArgs& a) {
 void add_status_command(CLI::App& app, int* exit_code) {
   auto a = std::make_shared<StatusArgs>();
   auto* cmd = app.add_subcommand(
-      "status", "A run at a glance: state, step, last checkpoint, lost steps, restarts left, "
-                "notices, goodput, and the timeline");
+      "status",
+      "A run at a glance: state, step, last checkpoint, lost steps, restarts left, "
+      "notices, goodput, and the timeline");
   cmd->add_option("--run-dir", a->run_dir, "the run directory of `shardguard run`")->required();
   cmd->add_option("--config", a->config, "the job's config: shows the restarts left per class");
   cmd->add_flag("--json", a->json, "the machine form (one JSON object; see cli/status_json.h)");

@@ -24,13 +24,20 @@ void quote(std::string& out, std::string_view text) {
   for (size_t i = 0; i < text.size();) {
     const auto c = static_cast<unsigned char>(text[i]);
     if (c < 0x80) {
-      if (c == '"') out += "\\\"";
-      else if (c == '\\') out += "\\\\";
-      else if (c == '\n') out += "\\n";
-      else if (c == '\t') out += "\\t";
-      else if (c == '\r') out += "\\r";
-      else if (c < 0x20 || c == 0x7f) hex4(c);
-      else out += static_cast<char>(c);
+      if (c == '"')
+        out += "\\\"";
+      else if (c == '\\')
+        out += "\\\\";
+      else if (c == '\n')
+        out += "\\n";
+      else if (c == '\t')
+        out += "\\t";
+      else if (c == '\r')
+        out += "\\r";
+      else if (c < 0x20 || c == 0x7f)
+        hex4(c);
+      else
+        out += static_cast<char>(c);
       ++i;
       continue;
     }
@@ -81,14 +88,25 @@ class Json {
     after_key_ = true;
     return *this;
   }
-  Json& str(std::string_view v) { return raw_value([&] { quote(out_, v); }); }
-  Json& num(double v, int decimals = 6) {
-    return raw_value([&] { out_ += std::isfinite(v) ? supervisor::plain_number(v, decimals) : "null"; });
+  Json& str(std::string_view v) {
+    return raw_value([&] { quote(out_, v); });
   }
-  Json& u64(uint64_t v) { return raw_value([&] { out_ += std::to_string(v); }); }
-  Json& i64(int64_t v) { return raw_value([&] { out_ += std::to_string(v); }); }
-  Json& boolean(bool v) { return raw_value([&] { out_ += v ? "true" : "false"; }); }
-  Json& null() { return raw_value([&] { out_ += "null"; }); }
+  Json& num(double v, int decimals = 6) {
+    return raw_value(
+        [&] { out_ += std::isfinite(v) ? supervisor::plain_number(v, decimals) : "null"; });
+  }
+  Json& u64(uint64_t v) {
+    return raw_value([&] { out_ += std::to_string(v); });
+  }
+  Json& i64(int64_t v) {
+    return raw_value([&] { out_ += std::to_string(v); });
+  }
+  Json& boolean(bool v) {
+    return raw_value([&] { out_ += v ? "true" : "false"; });
+  }
+  Json& null() {
+    return raw_value([&] { out_ += "null"; });
+  }
   template <typename T, typename F>
   Json& opt(const std::optional<T>& v, F write) {
     return v ? write(*v) : null();
@@ -124,11 +142,16 @@ void record(Json& j, const TimelineRecord& r) {
     std::visit(
         [&](const auto& v) {
           using T = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<T, std::string>) j.str(v);
-          else if constexpr (std::is_same_v<T, bool>) j.boolean(v);
-          else if constexpr (std::is_same_v<T, double>) j.num(v, 9);
-          else if constexpr (std::is_same_v<T, int64_t>) j.i64(v);
-          else j.u64(v);
+          if constexpr (std::is_same_v<T, std::string>)
+            j.str(v);
+          else if constexpr (std::is_same_v<T, bool>)
+            j.boolean(v);
+          else if constexpr (std::is_same_v<T, double>)
+            j.num(v, 9);
+          else if constexpr (std::is_same_v<T, int64_t>)
+            j.i64(v);
+          else
+            j.u64(v);
         },
         f.value);
   }
@@ -146,7 +169,9 @@ void goodput(Json& j, const policies::GoodputTotals& g) {
 }
 
 void attempt(Json& j, const supervisor::AttemptView& a) {
-  auto ms = [&](const std::optional<int64_t>& v) { return j.opt(v, [&](int64_t x) -> Json& { return j.i64(x); }); };
+  auto ms = [&](const std::optional<int64_t>& v) {
+    return j.opt(v, [&](int64_t x) -> Json& { return j.i64(x); });
+  };
   j.open('{').key("attempt").u64(a.attempt).key("run").u64(a.run).key("nproc").u64(a.nproc);
   j.key("resume_step").opt(a.resume_step, [&](uint64_t s) -> Json& { return j.u64(s); });
   j.key("launch_unix_ms").i64(a.launch_unix_ms);
@@ -236,7 +261,8 @@ std::string status_json(const std::string& run_dir, const RunDirTimeline& loaded
   for (const auto& r : v.evidence) record(j, r);
   j.close(']').key("timeline").open('[');
   const auto& all = loaded.timeline.records();
-  const size_t from = timeline_limit == 0 || all.size() <= timeline_limit ? 0 : all.size() - timeline_limit;
+  const size_t from =
+      timeline_limit == 0 || all.size() <= timeline_limit ? 0 : all.size() - timeline_limit;
   for (size_t i = from; i < all.size(); ++i) record(j, all[i]);
   j.close(']').close('}');
   return j.text();

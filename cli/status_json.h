@@ -6,10 +6,10 @@
 //   version (1), run_dir, events_path, state, finished, supervisor_alive, now_unix_ms,
 //   first_unix_ms, last_unix_ms, records, skipped_lines,
 //   attempt, nproc, step, step_source, steps_per_second, lost_steps, checkpoints,
-//   last_checkpoint {step, time_unix_ms, age_seconds, attempt, seconds, manifest, emergency, bytes},
-//   restarts [{class, used, used_total, max, window_seconds, left}],
-//   notices [{time_unix_ms, source, kind, reason, action, preemption, shortened, seconds_left}],
-//   goodput {ratio, allocated_gpu_seconds, productive_gpu_seconds,
+//   last_checkpoint {step, time_unix_ms, age_seconds, attempt, seconds, manifest, emergency,
+//   bytes}, restarts [{class, used, used_total, max, window_seconds, left}], notices
+//   [{time_unix_ms, source, kind, reason, action, preemption, shortened, seconds_left}], goodput
+//   {ratio, allocated_gpu_seconds, productive_gpu_seconds,
 //            badput_gpu_seconds {recompute, restart, checkpoint, waiting}},
 //   runs [{start_unix_ms, finish_unix_ms, last_unix_ms, job_id, nproc, state, exit_code, summary}],
 //   attempts [{attempt, run, nproc, resume_step, launch_unix_ms, ready_unix_ms,

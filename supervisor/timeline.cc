@@ -22,10 +22,17 @@ void Timeline::State::switch_to(int64_t at, Spend next) {
   at = std::max(at, since);
   const double secs = seconds_between(since, at);
   switch (spend) {
-    case Spend::kNone: break;
-    case Spend::kWaiting: acc.badput(policies::Badput::kWaiting, secs, gpus); break;
-    case Spend::kRestart: acc.badput(policies::Badput::kRestart, secs, gpus); break;
-    case Spend::kLaunching: pending_seconds += secs; break;
+    case Spend::kNone:
+      break;
+    case Spend::kWaiting:
+      acc.badput(policies::Badput::kWaiting, secs, gpus);
+      break;
+    case Spend::kRestart:
+      acc.badput(policies::Badput::kRestart, secs, gpus);
+      break;
+    case Spend::kLaunching:
+      pending_seconds += secs;
+      break;
     case Spend::kTraining:
       acc.training(secs, gpus);
       if (attempt_open) attempts.back().training_seconds += secs;

@@ -83,7 +83,7 @@ struct AttemptView {
   std::optional<uint64_t> emergency_at_step;  // an emergency checkpoint was requested
   std::optional<double> backoff_seconds;      // the restart that followed
   std::string restart_reason;
-  std::string gave_up;  // why, when the run gave up after this attempt
+  std::string gave_up;                     // why, when the run gave up after this attempt
   std::optional<double> steps_per_second;  // while training, stalls excluded
 };
 
@@ -118,8 +118,8 @@ struct CheckpointView {
 
 struct RestartCount {
   std::string exit_class;
-  uint32_t used = 0;        // in the latest run (budgets live in one `shardguard run`)
-  uint32_t used_total = 0;  // over every run in the run dir
+  uint32_t used = 0;            // in the latest run (budgets live in one `shardguard run`)
+  uint32_t used_total = 0;      // over every run in the run dir
   std::optional<uint32_t> max;  // from the budget, when known
   std::optional<double> window_seconds;
   std::optional<uint32_t> left;  // max - restarts within the window ending now
@@ -128,7 +128,7 @@ struct RestartCount {
 struct TimelineView {
   std::string state;  // pending, launching, running, checkpointing, draining, stopping, backoff,
                       // succeeded, failed, preempted; "empty" without records
-  bool finished = false;  // the latest run recorded `finish`
+  bool finished = false;            // the latest run recorded `finish`
   std::optional<uint64_t> attempt;  // the latest
   uint32_t nproc = 0;               // of the latest attempt
   std::optional<uint64_t> step;     // best known step of the latest attempt

@@ -1,7 +1,6 @@
 // events.jsonl lines into TimelineRecords, and the typed getters over their fields. Every
 // line may be torn (a crash mid-write) or hand-edited: nothing here throws or trusts a type.
 #include <boost/json.hpp>
-
 #include <charconv>
 #include <cmath>
 #include <limits>

@@ -36,7 +36,9 @@ inline void push_bounded(std::vector<T>& v, T item) {
 }
 
 // The budget an exit class spends (policies/restart_policy.h: no_progress uses crash's).
-inline std::string budget_class(const std::string& cls) { return cls == "no_progress" ? "crash" : cls; }
+inline std::string budget_class(const std::string& cls) {
+  return cls == "no_progress" ? "crash" : cls;
+}
 
 inline double seconds_between(int64_t from_ms, int64_t to_ms) {
   return to_ms > from_ms ? double(to_ms - from_ms) / 1000.0 : 0.0;

@@ -96,7 +96,8 @@ std::string describe_raw(const TimelineRecord& r) {
     return with_detail(s, r.text("note"));
   }
   if (t == "checkpoint_committed") {
-    std::string s = "step " + count_field(r, "step") + " committed in " + seconds_field(r, "seconds");
+    std::string s =
+        "step " + count_field(r, "step") + " committed in " + seconds_field(r, "seconds");
     if (auto bytes = r.count("bytes")) s += ", " + format_size(*bytes);
     return s;
   }
@@ -124,10 +125,12 @@ std::string describe_raw(const TimelineRecord& r) {
     std::string s = attempt + " ended: " + r.text("class");
     if (const std::string d = r.text("detail"); !d.empty()) s += " (" + d + ")";
     s += " after " + seconds_field(r, "seconds") + ", step " + count_field(r, "max_step");
-    if (auto lost = r.count("lost_steps"); lost && *lost > 0) s += ", " + plural(*lost, "step") + " lost";
+    if (auto lost = r.count("lost_steps"); lost && *lost > 0)
+      s += ", " + plural(*lost, "step") + " lost";
     return s;
   }
-  if (t == "backoff") return with_detail("restart in " + seconds_field(r, "seconds"), r.text("why"));
+  if (t == "backoff")
+    return with_detail("restart in " + seconds_field(r, "seconds"), r.text("why"));
   if (t == "shrink")
     return "continuing on " + plural(r.count("nodes").value_or(0), "node") + ": " + r.text("why");
   if (t == "give_up") return "gave up (" + r.text("class") + "): " + r.text("why");
@@ -141,7 +144,8 @@ std::string describe_raw(const TimelineRecord& r) {
            (r.text("why").empty() ? "" : ": " + r.text("why"));
   if (t == "resume_failed")
     return "rank " + count_field(r, "rank") + " could not resume from " + r.text("manifest") +
-           " (" + r.text("file") + " at offset " + count_field(r, "offset") + "): " + r.text("error");
+           " (" + r.text("file") + " at offset " + count_field(r, "offset") +
+           "): " + r.text("error");
   if (t == "quarantined")
     return "step " + count_field(r, "step") + " set aside in " + r.text("path") + ": " +
            r.text("reason");
@@ -190,7 +194,8 @@ std::string percent(double ratio) {
 }
 
 std::string utc_time(int64_t unix_ms) {
-  const std::time_t secs = static_cast<std::time_t>(unix_ms >= 0 ? unix_ms / 1000 : (unix_ms - 999) / 1000);
+  const std::time_t secs =
+      static_cast<std::time_t>(unix_ms >= 0 ? unix_ms / 1000 : (unix_ms - 999) / 1000);
   const int ms = static_cast<int>(unix_ms - int64_t(secs) * 1000);
   std::tm tm{};
   if (gmtime_r(&secs, &tm) == nullptr) return "?";

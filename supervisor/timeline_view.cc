@@ -38,7 +38,8 @@ std::vector<RestartCount> Timeline::State::restart_counts(int64_t now) const {
       const auto window_ms = static_cast<int64_t>(*c.window_seconds * 1000.0);
       uint32_t in_window = 0;
       for (const auto& e : restarts)
-        if (e.run == latest && budget_class(e.exit_class) == cls && e.time_unix_ms > now - window_ms)
+        if (e.run == latest && budget_class(e.exit_class) == cls &&
+            e.time_unix_ms > now - window_ms)
           ++in_window;
       c.left = *c.max > in_window ? *c.max - in_window : 0;
     }
@@ -54,11 +55,18 @@ policies::GoodputTotals Timeline::State::totals_at(int64_t now) const {
   // Launch time not yet known to be training is restart until the attempt says otherwise.
   a.badput(policies::Badput::kRestart, pending_seconds + pending_stall, gpus);
   switch (spend) {
-    case Spend::kNone: break;
-    case Spend::kWaiting: a.badput(policies::Badput::kWaiting, open, gpus); break;
+    case Spend::kNone:
+      break;
+    case Spend::kWaiting:
+      a.badput(policies::Badput::kWaiting, open, gpus);
+      break;
     case Spend::kRestart:
-    case Spend::kLaunching: a.badput(policies::Badput::kRestart, open, gpus); break;
-    case Spend::kTraining: a.training(open, gpus); break;
+    case Spend::kLaunching:
+      a.badput(policies::Badput::kRestart, open, gpus);
+      break;
+    case Spend::kTraining:
+      a.training(open, gpus);
+      break;
   }
   return a.totals();
 }
@@ -145,8 +153,9 @@ std::string goodput_metrics(const policies::GoodputTotals& t) {
   line("# HELP shardguard_productive_gpu_seconds GPU-seconds of training steps that were kept.");
   line("# TYPE shardguard_productive_gpu_seconds gauge");
   line("shardguard_productive_gpu_seconds " + plain_number(t.productive_gpu_seconds, 3));
-  line("# HELP shardguard_badput_seconds_total Allocated GPU-seconds not spent on kept steps, by "
-       "cause.");
+  line(
+      "# HELP shardguard_badput_seconds_total Allocated GPU-seconds not spent on kept steps, by "
+      "cause.");
   line("# TYPE shardguard_badput_seconds_total counter");
   for (policies::Badput cause : policies::kAllBadput)
     line("shardguard_badput_seconds_total{cause=\"" + std::string(policies::badput_name(cause)) +

@@ -1,10 +1,8 @@
 // `shardguard status` (the page, --json, --follow) and `shardguard report` on the run dir of a
 // real `shardguard run` of the example trainer: a rank hangs (detected, reported, relaunched),
 // then an operator's drain whose reason carries a newline and ANSI escapes stops the run.
-#include <catch2/catch.hpp>
-
 #include <boost/json.hpp>
-
+#include <catch2/catch.hpp>
 #include <regex>
 
 #include "tests/run/run_fixture.h"
@@ -29,10 +27,11 @@ struct HungAndDrainedRun {
                               << "backoff_max = \"50ms\"\n[stop]\ngrace = \"20s\"\n"
                               << "term_grace = \"2s\"\n[checkpoint]\nevery_steps = 50\n"
                               << "[health]\nhang_timeout = \"1s\"\n";
-    Background run(run_argv(d, 2, {"--steps", "4000", "--rows", "64", "--log-every", "0",
-                                   "--checkpoint-every", "50", "--sleep-ms", "3",
-                                   "--hang-at-step", "120", "--fault-rank", "1"}),
-                   d.log());
+    Background run(
+        run_argv(d, 2,
+                 {"--steps", "4000", "--rows", "64", "--log-every", "0", "--checkpoint-every", "50",
+                  "--sleep-ms", "3", "--hang-at-step", "120", "--fault-rank", "1"}),
+        d.log());
     // Attempt 1 (after the hang) trains and commits; then the operator drains with a bad reason.
     const bool relaunched = eventually(
         [&] {
@@ -58,7 +57,8 @@ HungAndDrainedRun& shared_run() {
 std::string log_of(const HungAndDrainedRun& r) { return slurp(r.d.log()); }
 
 bool has_exponent(const std::string& text) {
-  return std::regex_search(text, std::regex("(^|[^A-Za-z0-9_./-])[0-9]+(\\.[0-9]+)?[eE][-+]?[0-9]"));
+  return std::regex_search(text,
+                           std::regex("(^|[^A-Za-z0-9_./-])[0-9]+(\\.[0-9]+)?[eE][-+]?[0-9]"));
 }
 
 // No line of `text` starts with the forged timestamp, and no ESC byte survives.
@@ -84,7 +84,8 @@ TEST_CASE("status: the page for a person after a hang and a drain", "[status][in
   CHECK_THAT(page.out, Catch::Contains("emergency"));
   CHECK_THAT(page.out, Catch::Contains(" KiB"));  // the checkpoint's size, read from its manifest
   CHECK_THAT(page.out, Catch::Matches("[\\s\\S]*lost steps   [1-9][0-9]* in 1 attempt[\\s\\S]*"));
-  CHECK_THAT(page.out, Catch::Matches("[\\s\\S]*goodput      [0-9]+\\.[0-9] % - productive[\\s\\S]*"));
+  CHECK_THAT(page.out,
+             Catch::Matches("[\\s\\S]*goodput      [0-9]+\\.[0-9] % - productive[\\s\\S]*"));
   CHECK_THAT(page.out, Catch::Contains("hang_report"));
   // The drain's reason is shown, escaped: no forged line, no escape sequence.
   CHECK_THAT(page.out, Catch::Contains("drain: evil\\n2099-01-01"));
@@ -140,14 +141,15 @@ TEST_CASE("status --json: the machine form", "[status][integration]") {
   CHECK(ratio < 1.0);
   const auto& bad = g.at("badput_gpu_seconds").as_object();
   double sum = g.at("productive_gpu_seconds").to_number<double>();
-  for (const char* c : {"recompute", "restart", "checkpoint", "waiting"}) sum += bad.at(c).to_number<double>();
+  for (const char* c : {"recompute", "restart", "checkpoint", "waiting"})
+    sum += bad.at(c).to_number<double>();
   CHECK(sum == Approx(g.at("allocated_gpu_seconds").to_number<double>()).margin(0.01));
   bool hang_budget = false;
   for (const auto& rc : o.at("restarts").as_array()) {
     const auto& c = rc.as_object();
     if (c.at("class").as_string() != "hang") continue;
-    hang_budget = c.at("used").as_int64() == 1 && c.at("max").as_int64() == 3 &&
-                  c.at("left").as_int64() == 2;
+    hang_budget =
+        c.at("used").as_int64() == 1 && c.at("max").as_int64() == 3 && c.at("left").as_int64() == 2;
   }
   CHECK(hang_budget);
   const auto& notices = o.at("notices").as_array();
@@ -175,8 +177,8 @@ TEST_CASE("report: a one-page Markdown incident report", "[report][integration]"
   const std::string& md = out.out;
   for (const char* heading :
        {"# Incident report: job run", "## Summary", "## Lost time by cause",
-        "## Attempts and the causes of each restart", "## Timeline", "## Evidence",
-        "### Notices", "### Hang reports", "### Node health", "### Checkpoint problems"})
+        "## Attempts and the causes of each restart", "## Timeline", "## Evidence", "### Notices",
+        "### Hang reports", "### Node health", "### Checkpoint problems"})
     CHECK_THAT(md, Catch::Contains(heading));
   CHECK_THAT(md, Catch::Contains("| **Goodput** | **"));
   CHECK_THAT(md, Catch::Contains("| hang | "));
@@ -198,7 +200,8 @@ TEST_CASE("The goodput of the hung and drained run agrees with the independent r
   auto& r = shared_run();
   REQUIRE(r.exit_code == 75);
   TempDir t;
-  spit(t / "status.json", run_command(shardguard_bin() + " status --json --run-dir " + r.d.run()).out);
+  spit(t / "status.json",
+       run_command(shardguard_bin() + " status --json --run-dir " + r.d.run()).out);
   spit(t / "report.md", run_command(shardguard_bin() + " report --run-dir " + r.d.run()).out);
   auto check = run_command(std::string(SG_PYTHON) + " " + SG_GOODPUT_CHECK + " " + r.d.run() +
                            "/events.jsonl --status-json " + (t / "status.json") + " --report " +
@@ -236,8 +239,8 @@ TEST_CASE("status and report of a run dir without a timeline fail with a message
     CHECK(r.exit_code == 1);
     CHECK_THAT(r.err, Catch::Contains("events.jsonl"));
   }
-  auto bad_config = run_command(shardguard_bin() + " status --run-dir " + t.path() +
-                                " --config " + t.path() + "/missing.toml");
+  auto bad_config = run_command(shardguard_bin() + " status --run-dir " + t.path() + " --config " +
+                                t.path() + "/missing.toml");
   CHECK(bad_config.exit_code == 2);
   CHECK_THAT(bad_config.err, Catch::Contains("missing.toml"));
 }
@@ -246,8 +249,10 @@ TEST_CASE("status --follow streams appended records until SIGINT", "[status][int
   TempDir t;
   const std::string run = t / "run", events = t / "run/events.jsonl", out = t / "follow.out";
   std::filesystem::create_directories(run);
-  spit(events, "{\"time_unix_ms\":1700000000000,\"event\":\"start\",\"job_id\":\"j\",\"nproc\":1}\n");
-  Background follow({shardguard_bin(), "status", "--run-dir", run, "--follow", "--poll", "20ms"}, out);
+  spit(events,
+       "{\"time_unix_ms\":1700000000000,\"event\":\"start\",\"job_id\":\"j\",\"nproc\":1}\n");
+  Background follow({shardguard_bin(), "status", "--run-dir", run, "--follow", "--poll", "20ms"},
+                    out);
   REQUIRE(eventually([&] { return slurp(out).find("DETAILS") != std::string::npos; }, 10s));
   {
     std::ofstream append(events, std::ios::app);
@@ -263,8 +268,8 @@ TEST_CASE("status --follow streams appended records until SIGINT", "[status][int
     std::ofstream append(events, std::ios::app);
     append << "ady\",\"attempt\":0,\"seconds_since_launch\":1.5}\n";
   }
-  REQUIRE(eventually([&] { return slurp(out).find("every rank heartbeating") != std::string::npos; },
-                     10s));
+  REQUIRE(eventually(
+      [&] { return slurp(out).find("every rank heartbeating") != std::string::npos; }, 10s));
   follow.signal(SIGINT);
   CHECK(follow.wait(5s) == 0);
   const std::string text = slurp(out);
@@ -277,12 +282,14 @@ TEST_CASE("status --follow streams appended records until SIGINT", "[status][int
 TEST_CASE("status --follow waits for a run that has not begun", "[status][integration]") {
   TempDir t;
   const std::string run = t / "run", out = t / "follow.out";
-  Background follow({shardguard_bin(), "status", "--run-dir", run, "--follow", "--poll", "20ms"}, out);
+  Background follow({shardguard_bin(), "status", "--run-dir", run, "--follow", "--poll", "20ms"},
+                    out);
   REQUIRE(eventually([&] { return slurp(out).find("waiting for") != std::string::npos; }, 10s));
   std::filesystem::create_directories(run);
   spit(run + "/events.jsonl",
        "{\"time_unix_ms\":1700000000000,\"event\":\"start\",\"job_id\":\"late\",\"nproc\":1}\n");
-  REQUIRE(eventually([&] { return slurp(out).find("job late, 1 rank") != std::string::npos; }, 10s));
+  REQUIRE(
+      eventually([&] { return slurp(out).find("job late, 1 rank") != std::string::npos; }, 10s));
   follow.signal(SIGTERM);
   CHECK(follow.wait(5s) == 0);
 }
@@ -297,8 +304,8 @@ TEST_CASE("status --follow --json streams JSON lines; --follow-for bounds it",
                       "--follow-for", "2s", "--poll", "20ms"},
                      out);
   REQUIRE(eventually([&] { return slurp(out).find("\"version\":1") != std::string::npos; }, 10s));
-  std::ofstream(events, std::ios::app)
-      << "{\"time_unix_ms\":1700000000100,\"event\":\"notice\",\"reason\":\"r\\u001b\",\"seconds_left\":2.5e-2}\n";
+  std::ofstream(events, std::ios::app) << "{\"time_unix_ms\":1700000000100,\"event\":\"notice\","
+                                          "\"reason\":\"r\\u001b\",\"seconds_left\":2.5e-2}\n";
   CHECK(bounded.wait(10s) == 0);  // by itself, after --follow-for
   const std::string text = slurp(out);
   CHECK_THAT(text, Catch::StartsWith("{\"version\":1,"));
@@ -312,20 +319,28 @@ TEST_CASE("report: node health and checkpoint evidence from the records", "[repo
   std::filesystem::create_directories(run);
   spit(run + "/events.jsonl",
        "{\"time_unix_ms\":1700000000000,\"event\":\"start\",\"job_id\":\"llm|7b\",\"nproc\":8}\n"
-       "{\"time_unix_ms\":1700000000010,\"event\":\"launch\",\"attempt\":4,\"nproc\":8,\"resume_step\":1200}\n"
-       "{\"time_unix_ms\":1700000000020,\"event\":\"resume_skipped\",\"step\":1500,\"state\":\"corrupt\","
+       "{\"time_unix_ms\":1700000000010,\"event\":\"launch\",\"attempt\":4,\"nproc\":8,\"resume_"
+       "step\":1200}\n"
+       "{\"time_unix_ms\":1700000000020,\"event\":\"resume_skipped\",\"step\":1500,\"state\":"
+       "\"corrupt\","
        "\"why\":\"shard-00003-of-00008.safetensors: size 12 != 4096\"}\n"
        "{\"time_unix_ms\":1700000005000,\"event\":\"ranks_ready\",\"attempt\":4}\n"
        "{\"time_unix_ms\":1700000900000,\"event\":\"node_unhealthy\",\"node\":0,"
        "\"evidence\":\"xid: Xid 79 on GPU 3 (fallen off the bus) <script>\"}\n"
-       "{\"time_unix_ms\":1700000900000,\"event\":\"notice\",\"source\":\"health\",\"kind\":\"node-unhealthy\","
-       "\"reason\":\"node-unhealthy\",\"action\":\"stop\",\"preemption\":false,\"seconds_left\":30}\n"
-       "{\"time_unix_ms\":1700000901000,\"event\":\"checkpoint_failed\",\"attempt\":4,\"rank\":3,\"step\":1800,"
+       "{\"time_unix_ms\":1700000900000,\"event\":\"notice\",\"source\":\"health\",\"kind\":\"node-"
+       "unhealthy\","
+       "\"reason\":\"node-unhealthy\",\"action\":\"stop\",\"preemption\":false,\"seconds_left\":30}"
+       "\n"
+       "{\"time_unix_ms\":1700000901000,\"event\":\"checkpoint_failed\",\"attempt\":4,\"rank\":3,"
+       "\"step\":1800,"
        "\"error\":\"write: Input/output error\",\"no_space\":false}\n"
-       "{\"time_unix_ms\":1700000902000,\"event\":\"teardown\",\"attempt\":4,\"why\":\"the emergency checkpoint failed\"}\n"
-       "{\"time_unix_ms\":1700000903000,\"event\":\"attempt_end\",\"attempt\":4,\"class\":\"infrastructure\","
+       "{\"time_unix_ms\":1700000902000,\"event\":\"teardown\",\"attempt\":4,\"why\":\"the "
+       "emergency checkpoint failed\"}\n"
+       "{\"time_unix_ms\":1700000903000,\"event\":\"attempt_end\",\"attempt\":4,\"class\":"
+       "\"infrastructure\","
        "\"detail\":\"node unhealthy\",\"seconds\":903,\"max_step\":1790,\"lost_steps\":590}\n"
-       "{\"time_unix_ms\":1700000903000,\"event\":\"finish\",\"state\":\"preempted\",\"exit_code\":75,"
+       "{\"time_unix_ms\":1700000903000,\"event\":\"finish\",\"state\":\"preempted\",\"exit_code\":"
+       "75,"
        "\"summary\":\"emergency checkpoint FAILED\"}\n");
   auto out = run_command(shardguard_bin() + " report --run-dir " + run);
   REQUIRE(out.exit_code == 0);
@@ -337,7 +352,8 @@ TEST_CASE("report: node health and checkpoint evidence from the records", "[repo
   CHECK(md.find("<script>") == std::string::npos);
   CHECK_THAT(md, Catch::Contains("rank 3 could not save step 1800: write: Input/output error"));
   CHECK_THAT(md, Catch::Contains("resume skips step 1500 (corrupt)"));
-  CHECK_THAT(md, Catch::Contains("from **health**: node-unhealthy (health node-unhealthy, stop, 30.0 s left)"));
+  CHECK_THAT(md, Catch::Contains(
+                     "from **health**: node-unhealthy (health node-unhealthy, stop, 30.0 s left)"));
   CHECK_THAT(md, Catch::Contains("| 4 | 8 | step 1200 | 15.0 min | "));
   CHECK_THAT(md, Catch::Contains("| infrastructure | node unhealthy | 590 ("));
   CHECK_THAT(md, Catch::Contains("| run preempted (exit 75) |"));

@@ -5,7 +5,6 @@
 // (relaunched from its last commit) and is then stopped by SIGTERM (emergency checkpoint,
 // exit 75); the second resumes on 3 ranks and finishes.
 #include <catch2/catch.hpp>
-
 #include <regex>
 
 #include "tests/run/run_fixture.h"
@@ -15,8 +14,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::vector<std::string> kTrain = {"--steps", "600", "--rows", "64", "--log-every", "0",
-                                         "--checkpoint-every", "50", "--sleep-ms", "5"};
+const std::vector<std::string> kTrain = {
+    "--steps", "600",        "--rows", "64", "--log-every", "0", "--checkpoint-every",
+    "50",      "--sleep-ms", "5"};
 
 void write_job(const RunDirs& d) {
   std::ofstream(d.config()) << "[job]\ncheckpoint_dir = \"" << d.ckpt() << "\"\nrun_dir = \""
@@ -56,8 +56,10 @@ std::string doctored(const RunDirs& d, const std::string& path, double factor) {
 
 }  // namespace
 
-TEST_CASE("Goodput of a killed, SIGTERMed and resumed run: status and report agree with an "
-          "independent recomputation", "[oncall][integration]") {
+TEST_CASE(
+    "Goodput of a killed, SIGTERMed and resumed run: status and report agree with an "
+    "independent recomputation",
+    "[oncall][integration]") {
   RunDirs d;
   write_job(d);
   {
@@ -111,8 +113,9 @@ TEST_CASE("Goodput of a killed, SIGTERMed and resumed run: status and report agr
   CHECK_THAT(page.out, Catch::Contains("terminate (signal terminate, stop, 20.0 s left)"));
   CHECK_THAT(page.out, Catch::Contains("succeeded (exit 0)"));
   // No number in exponent form (a number, not part of a word or a path, then e/E and digits).
-  CHECK_FALSE(std::regex_search(page.out + slurp(status_json) + slurp(report),
-                                std::regex("(^|[^A-Za-z0-9_./-])[0-9]+(\\.[0-9]+)?[eE][-+]?[0-9]")));
+  CHECK_FALSE(
+      std::regex_search(page.out + slurp(status_json) + slurp(report),
+                        std::regex("(^|[^A-Za-z0-9_./-])[0-9]+(\\.[0-9]+)?[eE][-+]?[0-9]")));
 
   // The comparison can fail: a printed figure 3 % off is caught.
   auto bad = run_command(check_script(d, doctored(d, status_json, 1.03), ""));

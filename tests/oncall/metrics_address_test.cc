@@ -7,8 +7,8 @@
 using shardguard::supervisor::parse_job_config;
 
 TEST_CASE("[metrics] address takes IPv4 and IPv6 literals", "[config][unit]") {
-  auto address = GENERATE(as<std::string>{}, "0.0.0.0", "127.0.0.1", "10.1.2.3", "::", "::1",
-                          "fe80::1");
+  auto address =
+      GENERATE(as<std::string>{}, "0.0.0.0", "127.0.0.1", "10.1.2.3", "::", "::1", "fe80::1");
   auto c = parse_job_config("[metrics]\nport = 9400\naddress = \"" + address + "\"\n", "job.toml");
   REQUIRE(c.ok());
   CHECK(c->metrics_address == address);

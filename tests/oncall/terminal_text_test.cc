@@ -1,8 +1,8 @@
 // escape_for_terminal: text from files shown to people cannot drive the terminal or forge
 // a line.
-#include <catch2/catch.hpp>
-
 #include "core/terminal_text.h"
+
+#include <catch2/catch.hpp>
 
 using shardguard::escape_for_terminal;
 
@@ -16,8 +16,12 @@ TEST_CASE("Control characters, ANSI escapes and bidi overrides become visible",
       {"\x1b]0;title\x07", "\\x1b]0;title\\x07"},
       {std::string("nul\0byte", 8), "nul\\x00byte"},
       {"del\x7f", "del\\x7f"},
-      {"c1 \xc2\x9b" "2J", "c1 \\u009b2J"},          // U+009B: the 8-bit CSI
-      {"abc \xe2\x80\xae" "cba", "abc \\u202ecba"},  // RIGHT-TO-LEFT OVERRIDE
+      {"c1 \xc2\x9b"
+       "2J",
+       "c1 \\u009b2J"},  // U+009B: the 8-bit CSI
+      {"abc \xe2\x80\xae"
+       "cba",
+       "abc \\u202ecba"},  // RIGHT-TO-LEFT OVERRIDE
       {"\xe2\x81\xa6x\xe2\x81\xa9", "\\u2066x\\u2069"},
       {"caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x9a\x80", "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x9a\x80"},
       {"bad \xff\xfe", "bad \\xff\\xfe"},

@@ -1,11 +1,11 @@
 // The timeline model on hand-written events.jsonl timelines: state, steps, restarts, notices,
 // evidence, malformed lines, several runs, and goodput worked out by hand.
-#include <catch2/catch.hpp>
+#include "supervisor/timeline.h"
 
+#include <catch2/catch.hpp>
 #include <string>
 #include <vector>
 
-#include "supervisor/timeline.h"
 #include "supervisor/timeline_text.h"
 
 using namespace shardguard;
@@ -32,23 +32,33 @@ std::vector<std::string> crash_and_relaunch() {
   return {
       L(0, "start", R"j("job_id":"j","nproc":2,"checkpoint_dir":"/c","first_attempt":0)j"),
       L(0, "node_joined", R"j("node":0,"address":"127.0.0.1","nodes":1)j"),
-      L(100, "launch", R"j("attempt":0,"nproc":2,"nodes":"0","master_port":29500,"resume_step":-1,"resume_manifest":"")j"),
+      L(100, "launch",
+        R"j("attempt":0,"nproc":2,"nodes":"0","master_port":29500,"resume_step":-1,"resume_manifest":"")j"),
       L(200, "hello", R"j("attempt":0,"rank":0,"pid":11)j"),
       L(200, "hello", R"j("attempt":0,"rank":1,"pid":12)j"),
       L(1100, "ranks_ready", R"j("attempt":0,"seconds_since_launch":1.0)j"),
-      L(3100, "checkpoint_committed", R"j("attempt":0,"step":100,"seconds":1E-1,"manifest":"/c/step-000000100/manifest.json")j"),
-      L(5100, "rank_exit", R"j("attempt":0,"rank":1,"status":"killed by signal 9 (SIGKILL)","killed_by_us":false)j"),
+      L(3100, "checkpoint_committed",
+        R"j("attempt":0,"step":100,"seconds":1E-1,"manifest":"/c/step-000000100/manifest.json")j"),
+      L(5100, "rank_exit",
+        R"j("attempt":0,"rank":1,"status":"killed by signal 9 (SIGKILL)","killed_by_us":false)j"),
       L(5100, "teardown", R"j("attempt":0,"why":"rank 1 killed by signal 9 (SIGKILL)")j"),
-      L(5150, "rank_exit", R"j("attempt":0,"rank":0,"status":"killed by signal 9 (SIGKILL)","killed_by_us":true)j"),
-      L(5200, "attempt_end", R"j("attempt":0,"class":"crash","detail":"rank 1 killed by signal 9 (SIGKILL)","seconds":5.1,"max_step":200,"lost_steps":100)j"),
+      L(5150, "rank_exit",
+        R"j("attempt":0,"rank":0,"status":"killed by signal 9 (SIGKILL)","killed_by_us":true)j"),
+      L(5200, "attempt_end",
+        R"j("attempt":0,"class":"crash","detail":"rank 1 killed by signal 9 (SIGKILL)","seconds":5.1,"max_step":200,"lost_steps":100)j"),
       L(5200, "backoff", R"j("attempt":0,"seconds":5E-2,"why":"crash: restart 1 of 3")j"),
-      L(5300, "launch", R"j("attempt":1,"nproc":2,"nodes":"0","master_port":29501,"resume_step":100,"resume_manifest":"/c/step-000000100/manifest.json")j"),
+      L(5300, "launch",
+        R"j("attempt":1,"nproc":2,"nodes":"0","master_port":29501,"resume_step":100,"resume_manifest":"/c/step-000000100/manifest.json")j"),
       L(5800, "ranks_ready", R"j("attempt":1,"seconds_since_launch":0.5)j"),
-      L(7800, "checkpoint_committed", R"j("attempt":1,"step":200,"seconds":0.2,"manifest":"/c/step-000000200/manifest.json")j"),
-      L(9800, "rank_exit", R"j("attempt":1,"rank":0,"status":"exited with code 0","killed_by_us":false)j"),
+      L(7800, "checkpoint_committed",
+        R"j("attempt":1,"step":200,"seconds":0.2,"manifest":"/c/step-000000200/manifest.json")j"),
+      L(9800, "rank_exit",
+        R"j("attempt":1,"rank":0,"status":"exited with code 0","killed_by_us":false)j"),
       L(9800, "teardown", R"j("attempt":1,"why":"every rank exited")j"),
-      L(9900, "attempt_end", R"j("attempt":1,"class":"success","detail":"","seconds":4.6,"max_step":300,"lost_steps":0)j"),
-      L(9900, "finish", R"j("state":"succeeded","exit_code":0,"attempts":2,"summary":"every rank exited 0")j"),
+      L(9900, "attempt_end",
+        R"j("attempt":1,"class":"success","detail":"","seconds":4.6,"max_step":300,"lost_steps":0)j"),
+      L(9900, "finish",
+        R"j("state":"succeeded","exit_code":0,"attempts":2,"summary":"every rank exited 0")j"),
   };
 }
 
@@ -97,10 +107,19 @@ TEST_CASE("Crash and relaunch: goodput worked out by hand", "[timeline][unit]") 
 TEST_CASE("The state follows the records of every kind", "[timeline][unit]") {
   const auto all = crash_and_relaunch();
   // After the first n lines, the run is in this state.
-  auto [n, state] = GENERATE(table<size_t, std::string>({
-      {1, "pending"}, {2, "pending"}, {3, "launching"}, {5, "launching"}, {6, "running"},
-      {7, "running"}, {9, "stopping"}, {11, "stopping"}, {12, "backoff"}, {13, "launching"},
-      {14, "running"}, {17, "stopping"}, {19, "succeeded"}}));
+  auto [n, state] = GENERATE(table<size_t, std::string>({{1, "pending"},
+                                                         {2, "pending"},
+                                                         {3, "launching"},
+                                                         {5, "launching"},
+                                                         {6, "running"},
+                                                         {7, "running"},
+                                                         {9, "stopping"},
+                                                         {11, "stopping"},
+                                                         {12, "backoff"},
+                                                         {13, "launching"},
+                                                         {14, "running"},
+                                                         {17, "stopping"},
+                                                         {19, "succeeded"}}));
   Timeline t = feed(std::vector<std::string>(all.begin(), all.begin() + long(n)));
   INFO("after " << n << " records");
   CHECK(t.view(9900).state == state);
@@ -108,38 +127,74 @@ TEST_CASE("The state follows the records of every kind", "[timeline][unit]") {
 
 TEST_CASE("Every record kind is described in one escaped line", "[timeline][unit]") {
   auto [line, contains] = GENERATE(table<std::string, std::string>({
-      {L(1, "start", R"j("job_id":"j","nproc":2,"first_attempt":3)j"), "job j, 2 ranks, first attempt 3"},
+      {L(1, "start", R"j("job_id":"j","nproc":2,"first_attempt":3)j"),
+       "job j, 2 ranks, first attempt 3"},
       {L(1, "node_joined", R"j("node":0,"nodes":1)j"), "node 0 joined"},
-      {L(1, "node_lost", R"j("node":1,"why":"no heartbeat","nodes":1)j"), "node 1 lost: no heartbeat"},
-      {L(1, "launch", R"j("attempt":2,"nproc":3,"resume_step":-1)j"), "attempt 2: 3 ranks, fresh start"},
-      {L(1, "launch", R"j("attempt":2,"nproc":1,"resume_step":300)j"), "1 rank, resuming from step 300"},
-      {L(1, "launch_failed", R"j("attempt":0,"node":0,"error":"ENOENT","transient":false)j"), "launch failed on node 0: ENOENT"},
+      {L(1, "node_lost", R"j("node":1,"why":"no heartbeat","nodes":1)j"),
+       "node 1 lost: no heartbeat"},
+      {L(1, "launch", R"j("attempt":2,"nproc":3,"resume_step":-1)j"),
+       "attempt 2: 3 ranks, fresh start"},
+      {L(1, "launch", R"j("attempt":2,"nproc":1,"resume_step":300)j"),
+       "1 rank, resuming from step 300"},
+      {L(1, "launch_failed", R"j("attempt":0,"node":0,"error":"ENOENT","transient":false)j"),
+       "launch failed on node 0: ENOENT"},
       {L(1, "hello", R"j("attempt":0,"rank":1,"pid":42)j"), "rank 1 connected (pid 42)"},
-      {L(1, "ranks_ready", R"j("attempt":0,"seconds_since_launch":2.5560896E-2)j"), "26 ms after the launch"},
-      {L(1, "checkpoint_now", R"j("attempt":0,"at_step":120,"kind":"emergency","reason":"aws-spot","deadline_unix_ms":5,"seconds_left":118.5)j"), "emergency checkpoint of step 120 requested (aws-spot), 2.0 min left"},
-      {L(1, "checkpoint_committed", R"j("attempt":0,"step":50,"seconds":0.013,"manifest":"m","bytes":1610612736)j"), "step 50 committed in 13 ms, 1.50 GiB"},
-      {L(1, "checkpoint_failed", R"j("attempt":0,"rank":1,"step":50,"error":"No space left on device","no_space":true)j"), "rank 1 could not save step 50: No space"},
-      {L(1, "notice", R"j("node":0,"source":"aws","kind":"spot-interruption","reason":"aws-spot-interruption","action":"stop","preemption":true,"seconds_left":120)j"), "aws-spot-interruption (aws spot-interruption, stop, 2.0 min left)"},
-      {L(1, "deadline_shortened", R"j("reason":"sigterm","seconds_left":30)j"), "deadline shortened (sigterm): 30.0 s left"},
-      {L(1, "node_unhealthy", R"j("node":0,"evidence":"xid: Xid 79 (GPU has fallen off the bus)")j"), "node 0 unhealthy: xid: Xid 79"},
-      {L(1, "hang", R"j("attempt":0,"rank":1,"step":120,"seconds_since_heartbeat":1.3)j"), "rank 1 hung at step 120 (no heartbeat for 1.3 s)"},
-      {L(1, "hang_report", R"j("attempt":0,"rank":1,"report":"/r/hang-rank-1.txt")j"), "what it was doing is in /r/hang-rank-1.txt"},
-      {L(1, "teardown", R"j("attempt":0,"why":"every rank exited")j"), "attempt 0: teardown: every rank exited"},
-      {L(1, "rank_exit", R"j("attempt":0,"rank":0,"status":"exited with code 0","killed_by_us":true)j"), "rank 0 exited with code 0 (stopped by the supervisor)"},
-      {L(1, "attempt_end", R"j("attempt":0,"class":"crash","detail":"rank 1 exited with code 3","seconds":3700,"max_step":90,"lost_steps":40)j"), "ended: crash (rank 1 exited with code 3) after 1.0 h, step 90, 40 steps lost"},
-      {L(1, "backoff", R"j("attempt":0,"seconds":0.01,"why":"crash: restart 1 of 3")j"), "restart in 10 ms: crash: restart 1 of 3"},
-      {L(1, "give_up", R"j("attempt":3,"class":"crash","why":"crash: 3 restarts within 1h")j"), "gave up (crash): crash: 3 restarts"},
-      {L(1, "finish", R"j("state":"preempted","exit_code":75,"attempts":1,"summary":"emergency checkpoint of step 120 committed")j"), "run preempted, exit 75: emergency checkpoint"},
-      {L(1, "resume_skipped", R"j("step":300,"state":"corrupt","why":"bad size")j"), "resume skips step 300 (corrupt): bad size"},
-      {L(1, "resume_failed", R"j("attempt":1,"rank":0,"manifest":"m","file":"f","offset":4096,"error":"checksum")j"), "rank 0 could not resume from m (f at offset 4096): checksum"},
-      {L(1, "quarantined", R"j("step":300,"path":"/c/quarantine/x","reason":"NaN")j"), "step 300 set aside in /c/quarantine/x: NaN"},
-      {L(1, "quarantine_failed", R"j("step":300,"error":"EACCES")j"), "could not set step 300 aside: EACCES"},
-      {L(1, "implausible_step", R"j("attempt":0,"rank":0,"step":99999999999,"previous":5)j"), "reported step 99999999999 after 5: ignored"},
+      {L(1, "ranks_ready", R"j("attempt":0,"seconds_since_launch":2.5560896E-2)j"),
+       "26 ms after the launch"},
+      {L(1, "checkpoint_now",
+         R"j("attempt":0,"at_step":120,"kind":"emergency","reason":"aws-spot","deadline_unix_ms":5,"seconds_left":118.5)j"),
+       "emergency checkpoint of step 120 requested (aws-spot), 2.0 min left"},
+      {L(1, "checkpoint_committed",
+         R"j("attempt":0,"step":50,"seconds":0.013,"manifest":"m","bytes":1610612736)j"),
+       "step 50 committed in 13 ms, 1.50 GiB"},
+      {L(1, "checkpoint_failed",
+         R"j("attempt":0,"rank":1,"step":50,"error":"No space left on device","no_space":true)j"),
+       "rank 1 could not save step 50: No space"},
+      {L(1, "notice",
+         R"j("node":0,"source":"aws","kind":"spot-interruption","reason":"aws-spot-interruption","action":"stop","preemption":true,"seconds_left":120)j"),
+       "aws-spot-interruption (aws spot-interruption, stop, 2.0 min left)"},
+      {L(1, "deadline_shortened", R"j("reason":"sigterm","seconds_left":30)j"),
+       "deadline shortened (sigterm): 30.0 s left"},
+      {L(1, "node_unhealthy",
+         R"j("node":0,"evidence":"xid: Xid 79 (GPU has fallen off the bus)")j"),
+       "node 0 unhealthy: xid: Xid 79"},
+      {L(1, "hang", R"j("attempt":0,"rank":1,"step":120,"seconds_since_heartbeat":1.3)j"),
+       "rank 1 hung at step 120 (no heartbeat for 1.3 s)"},
+      {L(1, "hang_report", R"j("attempt":0,"rank":1,"report":"/r/hang-rank-1.txt")j"),
+       "what it was doing is in /r/hang-rank-1.txt"},
+      {L(1, "teardown", R"j("attempt":0,"why":"every rank exited")j"),
+       "attempt 0: teardown: every rank exited"},
+      {L(1, "rank_exit",
+         R"j("attempt":0,"rank":0,"status":"exited with code 0","killed_by_us":true)j"),
+       "rank 0 exited with code 0 (stopped by the supervisor)"},
+      {L(1, "attempt_end",
+         R"j("attempt":0,"class":"crash","detail":"rank 1 exited with code 3","seconds":3700,"max_step":90,"lost_steps":40)j"),
+       "ended: crash (rank 1 exited with code 3) after 1.0 h, step 90, 40 steps lost"},
+      {L(1, "backoff", R"j("attempt":0,"seconds":0.01,"why":"crash: restart 1 of 3")j"),
+       "restart in 10 ms: crash: restart 1 of 3"},
+      {L(1, "give_up", R"j("attempt":3,"class":"crash","why":"crash: 3 restarts within 1h")j"),
+       "gave up (crash): crash: 3 restarts"},
+      {L(1, "finish",
+         R"j("state":"preempted","exit_code":75,"attempts":1,"summary":"emergency checkpoint of step 120 committed")j"),
+       "run preempted, exit 75: emergency checkpoint"},
+      {L(1, "resume_skipped", R"j("step":300,"state":"corrupt","why":"bad size")j"),
+       "resume skips step 300 (corrupt): bad size"},
+      {L(1, "resume_failed",
+         R"j("attempt":1,"rank":0,"manifest":"m","file":"f","offset":4096,"error":"checksum")j"),
+       "rank 0 could not resume from m (f at offset 4096): checksum"},
+      {L(1, "quarantined", R"j("step":300,"path":"/c/quarantine/x","reason":"NaN")j"),
+       "step 300 set aside in /c/quarantine/x: NaN"},
+      {L(1, "quarantine_failed", R"j("step":300,"error":"EACCES")j"),
+       "could not set step 300 aside: EACCES"},
+      {L(1, "implausible_step", R"j("attempt":0,"rank":0,"step":99999999999,"previous":5)j"),
+       "reported step 99999999999 after 5: ignored"},
       {L(1, "shrink", R"j("nodes":2,"why":"notified nodes leave")j"), "continuing on 2 nodes"},
-      {L(1, "stale_commit", R"j("attempt":0,"step":5,"manifest":"m")j"), "commit of step 5 by an older attempt 0 ignored"},
+      {L(1, "stale_commit", R"j("attempt":0,"step":5,"manifest":"m")j"),
+       "commit of step 5 by an older attempt 0 ignored"},
       {L(1, "something_new", R"j("a":1,"b":"x")j"), "a=1 b=x"},
       // A reason cannot forge a line or drive the terminal.
-      {L(1, "teardown", R"j("attempt":0,"why":"ok\n2024 finish succeeded\u001b[2J")j"), "ok\\n2024 finish succeeded\\x1b[2J"},
+      {L(1, "teardown", R"j("attempt":0,"why":"ok\n2024 finish succeeded\u001b[2J")j"),
+       "ok\\n2024 finish succeeded\\x1b[2J"},
   }));
   auto r = parse_timeline_line(line);
   REQUIRE(r);
@@ -161,12 +216,17 @@ TEST_CASE("A preemption: emergency checkpoint, drain, exit 75, and a second run 
       L(0, "node_joined", R"j("node":0,"nodes":1)j"),
       L(0, "launch", R"j("attempt":0,"nproc":2,"resume_step":-1)j"),
       L(1000, "ranks_ready", R"j("attempt":0,"seconds_since_launch":1)j"),
-      L(5000, "notice", R"j("node":0,"source":"aws","kind":"spot-interruption","reason":"aws-spot-interruption","action":"stop","preemption":true,"deadline_unix_ms":125000,"seconds_left":120)j"),
-      L(5000, "checkpoint_now", R"j("attempt":0,"at_step":400,"kind":"emergency","reason":"aws-spot-interruption","deadline_unix_ms":123000,"seconds_left":118)j"),
-      L(6000, "checkpoint_committed", R"j("attempt":0,"step":400,"seconds":0.5,"manifest":"m400")j"),
+      L(5000, "notice",
+        R"j("node":0,"source":"aws","kind":"spot-interruption","reason":"aws-spot-interruption","action":"stop","preemption":true,"deadline_unix_ms":125000,"seconds_left":120)j"),
+      L(5000, "checkpoint_now",
+        R"j("attempt":0,"at_step":400,"kind":"emergency","reason":"aws-spot-interruption","deadline_unix_ms":123000,"seconds_left":118)j"),
+      L(6000, "checkpoint_committed",
+        R"j("attempt":0,"step":400,"seconds":0.5,"manifest":"m400")j"),
       L(6500, "teardown", R"j("attempt":0,"why":"every rank exited")j"),
-      L(6600, "attempt_end", R"j("attempt":0,"class":"preempted","detail":"","seconds":6.6,"max_step":400,"lost_steps":0)j"),
-      L(6600, "finish", R"j("state":"preempted","exit_code":75,"attempts":1,"summary":"emergency checkpoint of step 400 committed")j"),
+      L(6600, "attempt_end",
+        R"j("attempt":0,"class":"preempted","detail":"","seconds":6.6,"max_step":400,"lost_steps":0)j"),
+      L(6600, "finish",
+        R"j("state":"preempted","exit_code":75,"attempts":1,"summary":"emergency checkpoint of step 400 committed")j"),
   };
   SECTION("the first run") {
     const TimelineView v = feed(lines).view(50'000);
@@ -192,7 +252,8 @@ TEST_CASE("A preemption: emergency checkpoint, drain, exit 75, and a second run 
     lines.push_back(L(h + 200, "launch", R"j("attempt":1,"nproc":3,"resume_step":400)j"));
     lines.push_back(L(h + 700, "ranks_ready", R"j("attempt":1,"seconds_since_launch":0.5)j"));
     lines.push_back(L(h + 4700, "teardown", R"j("attempt":1,"why":"every rank exited")j"));
-    lines.push_back(L(h + 4700, "attempt_end", R"j("attempt":1,"class":"success","max_step":600,"lost_steps":0)j"));
+    lines.push_back(L(h + 4700, "attempt_end",
+                      R"j("attempt":1,"class":"success","max_step":600,"lost_steps":0)j"));
     lines.push_back(L(h + 4700, "finish", R"j("state":"succeeded","exit_code":0,"attempts":2)j"));
     const TimelineView v = feed(lines).view(2 * h);
     CHECK(v.runs.size() == 2);
@@ -215,11 +276,13 @@ TEST_CASE("Restarts used and left per class, from the budgets and their window",
     lines.push_back(L(t += 10, "ranks_ready", att));
     lines.push_back(L(t += 1000, "teardown", att + R"j(,"why":"x")j"));
     const char* cls = a == 2 ? "hang" : a == 1 ? "no_progress" : "crash";
-    lines.push_back(L(t += 10, "attempt_end", att + ",\"class\":\"" + cls + "\",\"max_step\":0,\"lost_steps\":0"));
+    lines.push_back(L(t += 10, "attempt_end",
+                      att + ",\"class\":\"" + cls + "\",\"max_step\":0,\"lost_steps\":0"));
     lines.push_back(L(t, "backoff", att + R"j(,"seconds":1)j"));
   }
   TimelineOptions o;
-  o.budgets = {{"crash", {3, std::chrono::hours(1)}}, {"hang", {2, std::chrono::minutes(1)}},
+  o.budgets = {{"crash", {3, std::chrono::hours(1)}},
+               {"hang", {2, std::chrono::minutes(1)}},
                {"preempted", {100, std::chrono::hours(24)}}};
   Timeline tl = feed(lines, o);
   auto find = [](const TimelineView& v, const std::string& cls) {
@@ -324,15 +387,18 @@ TEST_CASE("Two runs where the first supervisor was killed: it ends at its last r
 }
 
 TEST_CASE("A hang: training ends at the last heartbeat; the rest is restart", "[timeline][unit]") {
-  const TimelineView v = feed({
-      L(0, "start", R"j("nproc":1)j"),
-      L(0, "launch", R"j("attempt":0,"nproc":1,"resume_step":-1)j"),
-      L(0, "ranks_ready", R"j("attempt":0)j"),
-      L(10000, "hang", R"j("attempt":0,"rank":0,"step":100,"seconds_since_heartbeat":4)j"),
-      L(11000, "teardown", R"j("attempt":0,"why":"rank 0 hung")j"),
-      L(11000, "attempt_end", R"j("attempt":0,"class":"hang","max_step":100,"lost_steps":100)j"),
-      L(11000, "finish", R"j("state":"failed","exit_code":76)j"),
-  }).view(11000);
+  const TimelineView v =
+      feed({
+               L(0, "start", R"j("nproc":1)j"),
+               L(0, "launch", R"j("attempt":0,"nproc":1,"resume_step":-1)j"),
+               L(0, "ranks_ready", R"j("attempt":0)j"),
+               L(10000, "hang", R"j("attempt":0,"rank":0,"step":100,"seconds_since_heartbeat":4)j"),
+               L(11000, "teardown", R"j("attempt":0,"why":"rank 0 hung")j"),
+               L(11000, "attempt_end",
+                 R"j("attempt":0,"class":"hang","max_step":100,"lost_steps":100)j"),
+               L(11000, "finish", R"j("state":"failed","exit_code":76)j"),
+           })
+          .view(11000);
   // 6 s of training for 100 steps, all lost; 5 s hung and stopping.
   CHECK(v.goodput.allocated_gpu_seconds == Approx(11));
   CHECK(v.goodput.badput(Badput::kRecompute) == Approx(6));
@@ -346,12 +412,15 @@ TEST_CASE("A job that never heartbeats trains from its launch when it ends in su
           "[timeline][unit]") {
   auto run = [](const std::string& cls) {
     return feed({
-        L(0, "start", R"j("nproc":2)j"),
-        L(0, "launch", R"j("attempt":0,"nproc":2,"resume_step":-1)j"),
-        L(5000, "teardown", R"j("attempt":0,"why":"every rank exited")j"),
-        L(5000, "attempt_end", "\"attempt\":0,\"class\":\"" + cls + "\",\"max_step\":0,\"lost_steps\":0"),
-        L(5000, "finish", R"j("state":"x")j"),
-    }).view(5000).goodput;
+                    L(0, "start", R"j("nproc":2)j"),
+                    L(0, "launch", R"j("attempt":0,"nproc":2,"resume_step":-1)j"),
+                    L(5000, "teardown", R"j("attempt":0,"why":"every rank exited")j"),
+                    L(5000, "attempt_end",
+                      "\"attempt\":0,\"class\":\"" + cls + "\",\"max_step\":0,\"lost_steps\":0"),
+                    L(5000, "finish", R"j("state":"x")j"),
+                })
+        .view(5000)
+        .goodput;
   };
   CHECK(run("success").productive_gpu_seconds == Approx(10));
   CHECK(run("crash").productive_gpu_seconds == Approx(0));
