@@ -59,8 +59,9 @@ class StopSignals {
   StopSignals& operator=(const StopSignals&) = delete;
 
  private:
-  struct sigaction old_int_ {
-  }, old_term_{};
+  // Filled by sigaction() in the constructor.
+  struct sigaction old_int_;
+  struct sigaction old_term_;
 };
 
 std::string esc(const std::string& s) { return escape_for_terminal(s); }
@@ -81,7 +82,7 @@ std::string timeline_row(const TimelineRecord& r, int64_t first_ms) {
 }
 
 std::string state_line(const RunDirTimeline& loaded, const TimelineView& v) {
-  std::string s = v.state;
+  std::string s = esc(v.state);  // a finish record's state is text from the file
   if (v.attempt && !v.finished)
     s += " - attempt " + std::to_string(*v.attempt) + ", " + std::to_string(v.nproc) + " rank(s)";
   if (!v.finished) {
