@@ -30,10 +30,13 @@ Result<std::unique_ptr<JobServices>> JobServices::start(const io::Deps& deps,
   sup.set_on_lifecycle([h](std::string_view event, std::map<std::string, std::string> fields) {
     h->fire(event, std::move(fields));
   });
-  // Prometheus metrics, on loopback unless SHARDGUARD_METRICS_ADDRESS says otherwise.
+  // Prometheus metrics, on loopback unless [metrics] address (or SHARDGUARD_METRICS_ADDRESS)
+  // says otherwise.
   if (cfg.metrics_port != 0) {
     const char* env = std::getenv("SHARDGUARD_METRICS_ADDRESS");
-    const std::string addr = env ? env : "127.0.0.1";
+    const std::string addr = !cfg.metrics_address.empty() ? cfg.metrics_address
+                             : env != nullptr             ? std::string(env)
+                                                          : std::string("127.0.0.1");
     impl->metrics = std::make_unique<io::HttpServer>(deps.loop, addr, cfg.metrics_port);
     impl->metrics->handle("/metrics", [&sup] {
       return io::HttpReply{200, "text/plain; version=0.0.4", sup.metrics_text()};

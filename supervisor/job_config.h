@@ -94,6 +94,9 @@ struct JobConfig {
 
   // [metrics]
   uint16_t metrics_port = 0;  // 0: off
+  // IP address the metrics endpoint binds to ("0.0.0.0" to be scraped from another host);
+  // empty: SHARDGUARD_METRICS_ADDRESS, else 127.0.0.1.
+  std::string metrics_address;
   std::string log_format = "text";
   std::string log_level = "info";
 };

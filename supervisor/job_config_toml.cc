@@ -1,5 +1,6 @@
 #include "supervisor/job_config_toml.h"
 
+#include <arpa/inet.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -404,6 +405,18 @@ void read_hooks(Section& root, std::vector<hooks::HookSpec>& out, Problems& prob
   }
 }
 
+// An IP literal: the endpoint binds to it, so a host name would only fail later, at bind time.
+void read_metrics_address(Section& s, std::string& out) {
+  const toml::node* n = s.get("address");
+  if (!n || !s.expect(*n, "address", n->is_string(), "an IP address like \"0.0.0.0\"")) return;
+  const std::string& text = n->as_string()->get();
+  in6_addr buf{};
+  if (::inet_pton(AF_INET, text.c_str(), &buf) != 1 && ::inet_pton(AF_INET6, text.c_str(), &buf) != 1)
+    return s.bad(*n, "address",
+                 "expected an IPv4 or IPv6 address like \"0.0.0.0\" or \"::\", got \"" + text + "\"");
+  out = text;
+}
+
 void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   Section s(&root, "", problems);
   auto section = [&](std::string_view name) {
@@ -423,6 +436,7 @@ void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   {
     Section metrics = section("metrics");
     metrics.integer("port", c.metrics_port, 0, 65535);
+    read_metrics_address(metrics, c.metrics_address);
     metrics.finish();
   }
   {

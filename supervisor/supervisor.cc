@@ -14,6 +14,7 @@
 #include "supervisor/attempt_machine.h"
 #include "supervisor/directory_keeper.h"
 #include "supervisor/event_log.h"
+#include "supervisor/timeline.h"
 #include "supervisor/local_launcher.h"
 #include "supervisor/machine_config.h"
 #include "supervisor/node_runner.h"
@@ -51,6 +52,8 @@ struct Supervisor::Impl {
   SupervisorOptions opt;
   AttemptMachine machine;
   EventLog events;
+  // The same records, understood: goodput for the metrics, as `status` computes it.
+  Timeline timeline{TimelineOptions{{}, false}};
   std::unique_ptr<DirectoryKeeper> keeper;
   bool committed_this_run = false;
   std::unique_ptr<LocalLauncher> launcher;
@@ -86,6 +89,11 @@ struct Supervisor::Impl {
   }
 
   Now now() const { return Now{d.clock.now(), d.clock.wall_now()}; }
+
+  void record(std::string_view type, const EventFields& fields) {
+    events.write(type, fields);
+    timeline.add(to_unix_ms(d.clock.wall_now()), type, fields);
+  }
 
   void feed(Event e) {
     queue.push_back(std::move(e));
@@ -139,7 +147,7 @@ struct Supervisor::Impl {
               [&](const command::ArmTimer& a) { arm(a); },
               [&](const command::CancelTimer& x) { timers[static_cast<size_t>(x.id)]->cancel(); },
               [&](const command::Record& r) {
-                events.write(r.type, r.fields);
+                record(r.type, r.fields);
                 if (r.type == "attempt_end") keeper->on_attempt_ended();
               },
               [&](const command::Hook& h) {
@@ -204,7 +212,7 @@ struct Supervisor::Impl {
             const std::string state =
                 e.state == checkpoint::CheckpointState::kComplete ? "complete"
                                                                   : std::string(checkpoint_state_name(e.state));
-            events.write("resume_skipped", {{"step", e.step}, {"state", state}, {"why", e.reason}});
+            record("resume_skipped", {{"step", e.step}, {"state", state}, {"why", e.reason}});
             spdlog::warn("resume: skipping step {}: {}", e.step, e.reason);
           }
           event::ResumeFound found{epoch, std::nullopt, "", false};
@@ -225,11 +233,11 @@ struct Supervisor::Impl {
       if (weak.expired()) return;
       if (!r.ok()) {
         spdlog::error("quarantine of step {}: {}", q.step, r.error().message());
-        events.write("quarantine_failed", {{"step", q.step}, {"error", r.error().message()}});
+        record("quarantine_failed", {{"step", q.step}, {"error", r.error().message()}});
         return;
       }
       spdlog::error("checkpoint of step {} set aside in {}: {}", q.step, *r, q.reason);
-      events.write("quarantined", {{"step", q.step}, {"path", *r}, {"reason", q.reason}});
+      record("quarantined", {{"step", q.step}, {"path", *r}, {"reason", q.reason}});
     });
   }
 
@@ -299,10 +307,20 @@ Status Supervisor::start() {
     o.run_dir = m.cfg.run_dir;
     m.node = std::make_unique<NodeRunner>(
         m.d, std::move(o), *m.launcher, [p](Event e) { p->feed(std::move(e)); },
-        [p](std::string_view type, EventFields fields) { p->events.write(type, fields); });
+        [p](std::string_view type, EventFields fields) { p->record(type, fields); });
     SG_RETURN_IF_ERROR(m.node->start());
   }
-  m.events.write("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
+  // Earlier runs in this run dir count towards the goodput, as `status` counts them.
+  if (auto past = m.d.fs.read_file(m.events.path()); past.ok()) {
+    size_t from = 0;
+    while (from < past->size()) {
+      size_t nl = past->find('\n', from);
+      if (nl == std::string::npos) nl = past->size();
+      m.timeline.add_line(std::string_view(*past).substr(from, nl - from));
+      from = nl + 1;
+    }
+  }
+  m.record("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
                            {"checkpoint_dir", m.cfg.checkpoint_dir}, {"first_attempt", first}});
   m.feeding = true;  // the start's commands run before the first event
   m.execute(m.machine.start(m.now(), first));
@@ -402,6 +420,7 @@ std::string Supervisor::metrics_text() const {
   line("# TYPE shardguard_running_seconds_total counter");
   line("shardguard_running_seconds_total " +
        std::to_string(std::chrono::duration<double>(s.running_time).count()));
+  out += goodput_metrics(m.timeline.goodput(to_unix_ms(m.d.clock.wall_now())));
   return out;
 }
 
