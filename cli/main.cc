@@ -10,6 +10,7 @@
 #include "core/exit_codes.h"
 #include "cli/run_command.h"
 #include "cli/secret_command.h"
+#include "cli/simulate_command.h"
 #include "core/logging.h"
 
 int main(int argc, char** argv) {
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   cli::add_drain_command(app, &exit_code);
   cli::add_agent_command(app, &exit_code);
   cli::add_secret_command(app, &exit_code);
+  cli::add_simulate_command(app, &exit_code);
 
   // Logging is set up before any subcommand callback runs.
   app.parse_complete_callback([&] {
