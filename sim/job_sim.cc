@@ -119,7 +119,10 @@ double JobSim::at(SteadyTime t) const {
 void JobSim::account(double until) {
   const double dt = until - t_;
   if (dt <= 0) return;
-  const uint32_t held = std::min(c_.job.nodes, alive_nodes()) * gpus_;
+  // A job of fixed size holds all its nodes all the time; an elastic one holds those there
+  // are (it counts its smaller size while small).
+  const bool elastic = mcfg_.min_nodes < mcfg_.max_nodes;
+  const uint32_t held = (elastic ? std::min(c_.job.nodes, alive_nodes()) : c_.job.nodes) * gpus_;
   const bool running = attempt_ && attempt_->running();
   ledger_.add(activity(), dt, running ? attempt_->n * gpus_ : 0, held);
 }

@@ -67,6 +67,7 @@ void JobSim::on_ready(Epoch e) {
   a->work_t = t_;
   ++a->gen;
   script_ready();
+  ++result_.heartbeats;
   feed(event::Heartbeats{e, {}, a->resume});
   script_anchor(ScriptedDisruption::Anchor::kReady);
   reschedule();
@@ -154,7 +155,8 @@ void JobSim::on_stall_end(Epoch e, uint64_t step) {
 
 void JobSim::on_commit(Epoch e, uint64_t step) {
   AttemptModel* a = current(e);
-  if (a == nullptr || a->stopped || !a->saving || *a->saving != step) return;  // abandoned
+  // A rank that died or hangs writes no sidecar: the commit never happens.
+  if (a == nullptr || a->stopped || a->dead || a->hung || !a->saving || *a->saving != step) return;
   const bool emergency = a->saving_emergency;
   a->saving.reset();
   a->write_done = -1;
@@ -240,6 +242,7 @@ void JobSim::heartbeat(bool always) {
   const auto step = static_cast<uint64_t>(std::floor(a.progress(t_) + 1e-9));
   if (!always && step <= a.last_fed) return;
   a.last_fed = std::max(a.last_fed, step);
+  ++result_.heartbeats;
   feed(event::Heartbeats{a.epoch, {}, a.last_fed});
 }
 

@@ -69,6 +69,7 @@ struct RunResult {
   uint64_t machines = 0;        // `shardguard run`s: the first and every requeue
   uint64_t give_ups = 0;        // exits 76
   uint64_t machine_events = 0;  // events fed to the AttemptMachine
+  uint64_t heartbeats = 0;      // of those, node-level Heartbeats
   uint64_t sim_events = 0;      // the simulator's own queue, fleet events and timers
   std::vector<TimedRecord> records;                  // keep_records only
   std::vector<DisruptionOutcome> disruptions;        // one per scripted disruption
