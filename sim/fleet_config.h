@@ -26,6 +26,10 @@ struct JobShape {
   // One training step on all `nodes`; the global batch is fixed, so n nodes take nodes/n
   // times as long and a step is worth the same GPU-seconds at any size.
   double step_seconds = 5.0;
+  // Ranks that never wait for each other (no collectives, like the example trainer): when one
+  // dies the others finish the step they are in, and report it, before the teardown stops
+  // them. False for real training, where they block in the next collective.
+  bool independent_ranks = false;
 };
 
 // Costs of the node side, in seconds, that the calibration does not measure.
@@ -35,7 +39,11 @@ struct CostModel {
   double teardown = 5;        // TearDown -> the node confirms its ranks are gone
   double rank_exit = 1;       // emergency commit -> ranks exited by themselves
   double resume_scan = 1;     // FindResume -> ResumeFound (catalog scan and read-back)
+  double commit_readback = 0;  // a manifest renamed into place -> the supervisor read it back
   double node_loss_detection = 3;  // a dead node -> NodeLost (three missed heartbeats)
+  // Ranks report their step at most this often (the clients' rate limit): the supervisor's
+  // view of the step is on average half of it old.
+  double heartbeat_interval = 0.1;
   double node_replacement = 120;   // a node gone -> its replacement joins
   double requeue = 60;        // `run` exited 75 -> the scheduler starts the job again
   double give_up_restart = 1800;   // `run` gave up (76) -> an operator restarts the job

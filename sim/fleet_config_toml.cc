@@ -162,6 +162,7 @@ void read_job(Section s, FleetConfig& c) {
   s.integer("nodes", c.job.nodes, 1, 1000000);
   s.integer("gpus_per_node", c.job.gpus_per_node, 1, 1024);
   s.seconds("step_time", c.job.step_seconds, false);
+  s.boolean("independent_ranks", c.job.independent_ranks);
   s.bytes("state_size", c.calibration.state_bytes);
   double params = 0, bytes_per = 14;
   const bool have_params = s.number("params", params, 1, 1e15);
@@ -200,7 +201,9 @@ void read_costs(Section s, FleetConfig& c) {
   s.seconds("teardown", k.teardown);
   s.seconds("rank_exit", k.rank_exit);
   s.seconds("resume_scan", k.resume_scan);
+  s.seconds("commit_readback", k.commit_readback);
   s.seconds("node_loss_detection", k.node_loss_detection);
+  s.seconds("heartbeat_interval", k.heartbeat_interval);
   s.seconds("node_replacement", k.node_replacement);
   s.seconds("give_up_restart", k.give_up_restart);
   // The scheduler names the requeue delay's default; `requeue` overrides it.

@@ -245,10 +245,17 @@ void JobSim::on_sim_event(const SimEvent& e) {
     case SimKind::kProgress: return on_progress(e.epoch, e.gen, e.arg);
     case SimKind::kStallEnd: return on_stall_end(e.epoch, e.arg);
     case SimKind::kCommit: return on_commit(e.epoch, e.arg);
+    case SimKind::kCommitSeen: return on_commit_seen(e.epoch, e.arg, e.gen != 0);
     case SimKind::kNodesStopped: return on_nodes_stopped(e.epoch);
     case SimKind::kResume: return on_resume(e.epoch);
     case SimKind::kMachineStart: return start_machine();
     case SimKind::kScript: return script_apply(e.arg);
+    case SimKind::kSurvivorStep:
+      if (attempt_ && attempt_->epoch == e.epoch) {
+        ++result_.heartbeats;
+        feed(event::Heartbeats{e.epoch, {}, e.arg});
+      }
+      return;
     case SimKind::kNodeLost: {
       PoolSlot& s = pool_[fleet_.slot_of(static_cast<NodeId>(e.arg))];
       if (!machine_live() || !s.member || s.member_node != e.arg) return;
@@ -308,8 +315,7 @@ void JobSim::on_failure(const FleetEvent& e) {
     switch (cause.manifest) {
       case Manifest::kCrash:
         heartbeat(false);
-        freeze();
-        a.dead = true;
+        rank_died();
         feed(event::RankExited{a.epoch, first_rank(e.node), true, 0, 6, false,
                                "killed by signal 6 (SIGABRT): " + cause.name});
         break;
@@ -320,8 +326,7 @@ void JobSim::on_failure(const FleetEvent& e) {
         break;
       case Manifest::kNodeLost:
         heartbeat(false);
-        freeze();
-        a.dead = true;
+        rank_died();
         break;
     }
   }
@@ -338,8 +343,7 @@ void JobSim::node_gone(NodeId node) {
   --alive_count_;
   if (attempt_ && !attempt_->stopped && !attempt_->dead && in_attempt(node)) {
     heartbeat(false);
-    freeze();
-    attempt_->dead = true;
+    rank_died();
   }
   if (machine_live() && s->member)
     schedule(t_ + c_.costs.node_loss_detection, SimKind::kNodeLost, 0, 0, node);

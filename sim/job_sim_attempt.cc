@@ -5,6 +5,8 @@
 // cost; teardown after the kill time. Work past the resume point of a new attempt is lost.
 #include <algorithm>
 #include <cmath>
+#include <tuple>
+#include <utility>
 
 #include "sim/job_sim_impl.h"
 
@@ -65,6 +67,8 @@ void JobSim::on_ready(Epoch e) {
   if (a == nullptr || a->stopped || a->dead) return;
   a->ready = true;
   a->work_t = t_;
+  a->hb_time = t_;
+  a->hb_step = a->resume;
   ++a->gen;
   script_ready();
   ++result_.heartbeats;
@@ -77,6 +81,7 @@ void JobSim::on_ready(Epoch e) {
 void JobSim::freeze() {
   if (!attempt_) return;
   AttemptModel& a = *attempt_;
+  std::tie(a.hb_step, a.hb_time) = client_heartbeat(a, t_);
   a.work = a.progress(t_);
   a.work_t = t_;
   ++a.gen;
@@ -103,6 +108,7 @@ void JobSim::reschedule() {
 void JobSim::on_progress(Epoch e, uint64_t gen, uint64_t step) {
   AttemptModel* a = current(e);
   if (a == nullptr || gen != a->gen || !a->progressing()) return;
+  std::tie(a->hb_step, a->hb_time) = client_heartbeat(*a, t_);
   a->work = double(step);
   a->work_t = t_;
   high_water_ = std::max(high_water_, a->work);
@@ -153,6 +159,8 @@ void JobSim::on_stall_end(Epoch e, uint64_t step) {
   set_stalled(false);
 }
 
+// The save is durable (the manifest renamed into place): the ranks go on, or leave after an
+// emergency save; the supervisor hears of it once it has read the manifest back.
 void JobSim::on_commit(Epoch e, uint64_t step) {
   AttemptModel* a = current(e);
   // A rank that died or hangs writes no sidecar: the commit never happens.
@@ -163,21 +171,24 @@ void JobSim::on_commit(Epoch e, uint64_t step) {
   const auto pos = std::lower_bound(committed_.begin(), committed_.end(), step);
   if (pos == committed_.end() || *pos != step) committed_.insert(pos, step);
   ++result_.checkpoints;
-  feed(event::Committed{e, step, "step-" + std::to_string(step) + "/manifest.json", 0});
-  a = current(e);
-  if (a == nullptr || a->stopped) return;
-  if (emergency) {  // the ranks leave now; the machine tears down once they are gone
+  schedule(t_ + c_.costs.commit_readback, SimKind::kCommitSeen, e, emergency ? 1 : 0, step);
+  if (emergency) {
     ++result_.emergency_commits;
     freeze();
     a->exiting = true;
     return;
   }
-  script_anchor(ScriptedDisruption::Anchor::kCommit);
   if (a->waiting_for_write) {
     a->waiting_for_write = false;
     return start_save(a->waiting_step, a->waiting_emergency);
   }
   if (a->stalled && !c_.calibration.async_save) set_stalled(false);
+}
+
+void JobSim::on_commit_seen(Epoch e, uint64_t step, bool emergency) {
+  feed(event::Committed{e, step, "step-" + std::to_string(step) + "/manifest.json", 0});
+  AttemptModel* a = current(e);
+  if (!emergency && a != nullptr && a->running()) script_anchor(ScriptedDisruption::Anchor::kCommit);
 }
 
 void JobSim::on_checkpoint_now(const command::CheckpointNow& cn) {
@@ -208,10 +219,11 @@ void JobSim::on_teardown(const command::TearDown& td) {
   AttemptModel* a = current(td.epoch);
   if (a == nullptr || a->stopped) return;
   freeze();
+  const bool gone_already = a->exiting;  // they left after the emergency commit: nothing to kill
   a->stopped = true;
   a->saving.reset();
   a->waiting_for_write = false;
-  schedule(t_ + c_.costs.teardown, SimKind::kNodesStopped, td.epoch);
+  schedule(t_ + (gone_already ? 0.0 : c_.costs.teardown), SimKind::kNodesStopped, td.epoch);
 }
 
 void JobSim::on_nodes_stopped(Epoch e) {
@@ -234,12 +246,55 @@ void JobSim::on_resume(Epoch e) {
   feed(event::ResumeFound{e, step, step ? "step-" + std::to_string(*step) + "/manifest.json" : ""});
 }
 
+// A rank (or a node) of the running attempt died: the job stops making progress. Independent
+// ranks first finish the step they are in and report it, if that comes before the teardown
+// would have stopped them; that step is lost with the others.
+void JobSim::rank_died() {
+  AttemptModel& a = *attempt_;
+  if (c_.job.independent_ranks && a.progressing()) {
+    const double next = std::floor(a.progress(t_) + 1e-9) + 1;
+    const double at = a.work_t + (next - a.work) * a.step_s;
+    if (at < t_ + c_.costs.teardown && at - a.hb_time >= c_.costs.heartbeat_interval) {
+      schedule(at, SimKind::kSurvivorStep, a.epoch, 0, uint64_t(next));
+      freeze();
+      high_water_ = std::max(high_water_, next);
+      a.dead = true;
+      return;
+    }
+  }
+  freeze();
+  a.dead = true;
+}
+
+// The clients' last heartbeat at `t` (step, time): one after each step, at most once per
+// heartbeat_interval, so every m = ceil(interval / step) steps while the loop runs, the first
+// one after a pause once the interval since the previous one has passed.
+std::pair<uint64_t, double> JobSim::client_heartbeat(const AttemptModel& a, double t) const {
+  if (!a.progressing() || t <= a.work_t) return {a.hb_step, a.hb_time};
+  const double interval = c_.costs.heartbeat_interval;
+  const double done = a.work + (t - a.work_t) / a.step_s;
+  auto end_of = [&](double k) { return a.work_t + (k - a.work) * a.step_s; };
+  if (interval <= 0) {
+    const double k = std::floor(done + 1e-9);
+    return k > double(a.hb_step) ? std::pair{uint64_t(k), end_of(k)} : std::pair{a.hb_step, a.hb_time};
+  }
+  // The first step ending at or after both the pause's end and the previous heartbeat + interval.
+  const double eligible = std::max(a.work_t, a.hb_time + interval);
+  const double first = std::max(std::floor(a.work + 1e-9) + 1,
+                                std::ceil(a.work + (eligible - a.work_t) / a.step_s - 1e-9));
+  if (first > done + 1e-9) return {a.hb_step, a.hb_time};
+  const double m = std::max(1.0, std::ceil(interval / a.step_s - 1e-9));
+  const double last = first + std::floor((std::floor(done + 1e-9) - first) / m) * m;
+  return {uint64_t(last), end_of(last)};
+}
+
 // A node-level heartbeat (every rank at the same step), when the ranks are alive: always
-// before the hang check, else only when the step moved since the last one.
+// before the hang check, else only when the step heard moved since the last one fed. It
+// carries the step the clients last reported (client_heartbeat).
 void JobSim::heartbeat(bool always) {
   if (!attempt_ || !attempt_->running()) return;
   AttemptModel& a = *attempt_;
-  const auto step = static_cast<uint64_t>(std::floor(a.progress(t_) + 1e-9));
+  const uint64_t step = client_heartbeat(a, t_).first;
   if (!always && step <= a.last_fed) return;
   a.last_fed = std::max(a.last_fed, step);
   ++result_.heartbeats;

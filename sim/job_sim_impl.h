@@ -27,12 +27,14 @@ enum class SimKind {
   kReady,          // ranks loaded and in their collectives: training starts
   kProgress,       // the ranks reach the step of the next save
   kStallEnd,       // the loop may run again after a snapshot
-  kCommit,         // a save is durable and read back
+  kCommit,         // a save is durable: the ranks go on
+  kCommitSeen,     // the supervisor read the manifest back
   kNodesStopped,   // every node of the attempt confirmed its teardown
   kResume,         // the answer to FindResume
   kNodeLost,       // the supervisor notices a dead node
   kMachineStart,   // the scheduler starts `shardguard run` again
   kScript,         // a replayed disruption is due
+  kSurvivorStep,   // independent ranks report the step they were in when one died
 };
 
 struct SimEvent {
@@ -66,6 +68,10 @@ struct AttemptModel {
   double work_t = 0;
   uint64_t gen = 0;         // bumped when scheduled progress events become stale
   uint64_t last_fed = 0;    // the step last reported in a heartbeat
+  // The clients' own last heartbeat (they send one after a step, at most once per
+  // heartbeat_interval): what the supervisor has heard.
+  double hb_time = 0;
+  uint64_t hb_step = 0;
   // Saves.
   std::optional<uint64_t> request;  // at_step asked by the machine
   CheckpointKind request_kind = CheckpointKind::kPeriodic;
@@ -131,12 +137,15 @@ class JobSim {
   void begin_save(uint64_t step);
   void on_stall_end(Epoch e, uint64_t step);
   void on_commit(Epoch e, uint64_t step);
+  void on_commit_seen(Epoch e, uint64_t step, bool emergency);
   void start_save(uint64_t step, bool emergency);
   void on_checkpoint_now(const command::CheckpointNow& c);
   void on_teardown(const command::TearDown& t);
   void on_nodes_stopped(Epoch e);
   void on_resume(Epoch e);
   void heartbeat(bool always);
+  void rank_died();
+  std::pair<uint64_t, double> client_heartbeat(const AttemptModel& a, double t) const;
 
   // --- job_sim_script.cc: replayed disruptions --------------------------------------------
   void script_anchor(ScriptedDisruption::Anchor anchor);

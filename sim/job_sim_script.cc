@@ -28,8 +28,7 @@ void JobSim::script_apply(uint64_t index) {
   ++script_next_;
   heartbeat(false);
   if (d.action == ScriptedDisruption::Action::kKill) {
-    freeze();
-    a.dead = true;
+    rank_died();
     return feed(event::RankExited{epoch, d.rank, true, 0, 9, false,
                                   "killed by signal 9 (SIGKILL)"});
   }

@@ -54,7 +54,7 @@ TEST_CASE("Simulated goodput finds Daly's optimum checkpoint interval within 5%"
     y.push_back(p.goodput);
     const double theory = daly_goodput(mtbf, p.tau);
     INFO("tau " << p.tau / 60 << " min: simulated " << p.goodput << ", exact " << theory);
-    CHECK(p.goodput == Approx(theory).epsilon(full ? 0.01 : 0.02));
+    CHECK(p.goodput == Approx(theory).epsilon(full ? 0.015 : 0.03));
     CHECK(p.failures == points.front().failures);  // common random numbers: the same failures
   }
   CHECK(points.front().failures >= (full ? 100'000u : 19'000u));
