@@ -144,6 +144,34 @@ TEST_CASE("A crash loses the steps since the last commit and costs the restart",
   check_identity(r);
 }
 
+TEST_CASE("Failures during a save and during a restart", "[sim][job][unit]") {
+  const FleetConfig c = small();
+  const std::vector<FailureCause> causes = {{"software bug", "x", 1, Manifest::kCrash, false}};
+  SECTION("during a save: it never commits, the resume is from the one before") {
+    // The save of step 879 runs from 902.5 to 912.5.
+    const FleetTimeline f = fleet_of(1, {{905, FleetEventKind::kFailure, 0, 0, 0, 0}}, causes);
+    const RunResult r = simulate_run(c, every(300), f, 1, traced());
+    const auto* launch = first(r, "launch", 905);
+    REQUIRE(launch);
+    CHECK(field(*launch, "resume_step") == "589");
+    CHECK(r.lost_steps == Approx(879 - 589));
+  }
+  SECTION("during the load of a restart: the restart starts over") {
+    // A crash at 1000; the relaunch loads from 1005.5 to 1009.5; a second crash at 1007.
+    const FleetTimeline f = fleet_of(1, {{1000, FleetEventKind::kFailure, 0, 0, 0, 0},
+                                         {1007, FleetEventKind::kFailure, 0, 0, 0, 0}},
+                                     causes);
+    const RunResult r = simulate_run(c, every(300), f, 1, traced());
+    CHECK(r.failures_hit == 2);
+    CHECK(r.attempts == 3);
+    const auto* ready = first(r, "ranks_ready", 1000);
+    REQUIRE(ready);
+    // Teardown 1 s, backoff 2 s (the second in a row), scan, launch, rendezvous, load.
+    CHECK(ready->time == Approx(1007 + 1 + 2 + 0.5 + 2 + 1 + 4));
+    CHECK(r.lost_steps == Approx(1000 - 912.5));  // nothing more: no step ran in between
+  }
+}
+
 TEST_CASE("A notice: an emergency checkpoint saves the work, or the loss shows without one",
           "[sim][job][unit]") {
   FleetConfig c = small();
