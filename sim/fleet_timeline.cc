@@ -51,6 +51,10 @@ class Generator {
     if (total <= 0) node_rate_ = 0;
     availability_ = !c.preemption.traces.empty() &&
                     c.preemption.trace_kind == TraceKind::kAvailability;
+    if (availability_ && c.preemption.trace_random_offset) {  // each seed starts somewhere else
+      Stream pick(derive_seed(seed, kTraceStream, c.job.nodes + c.costs.spare_nodes));
+      capacity_offset_ = static_cast<int64_t>(pick.below(c.preemption.traces.front().data.size()));
+    }
     for (uint32_t s = 0; s < out_.slots; ++s) {
       slots_.push_back(Slot{Stream(derive_seed(seed, kFailureStream, s)),
                             Stream(derive_seed(seed, kPreemptionStream, s))});
@@ -177,7 +181,8 @@ class Generator {
   }
   int64_t capacity(double t) const {
     const auto& tr = c_.preemption.traces.front();
-    const auto i = static_cast<size_t>(t / tr.gap_seconds) % tr.data.size();
+    const auto i = (static_cast<size_t>(t / tr.gap_seconds) + size_t(capacity_offset_)) %
+                   tr.data.size();
     return tr.data[i];
   }
 
@@ -208,6 +213,7 @@ class Generator {
   double node_rate_ = 0;
   bool availability_ = false;
   int64_t pending_ups_ = 0;
+  int64_t capacity_offset_ = 0;  // ticks
   Stream capacity_rng_;
   std::priority_queue<Item, std::vector<Item>, Later> queue_;
   uint64_t seq_ = 0;

@@ -129,6 +129,7 @@ TEST_CASE("An availability trace caps the machines held and refills them", "[sim
   t.data = {4, 2, 4, 4};
   c.preemption.traces = {t};
   c.preemption.trace_kind = TraceKind::kAvailability;
+  c.preemption.trace_random_offset = false;
   const FleetTimeline f = generate_fleet(c, 1);
   CHECK(count(f, FleetEventKind::kNotice) == 2);  // at 1000: two of four must go
   int held = 0;
