@@ -19,10 +19,14 @@ int main(int argc, char** argv) {
   uint32_t runs = 100;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--config") config_path = argv[i + 1];
-    else if (flag == "--policy") policy_name = argv[i + 1];
-    else if (flag == "--runs") runs = static_cast<uint32_t>(std::atoi(argv[i + 1]));
-    else return std::fprintf(stderr, "usage: sg_bench_sim [--config F] [--policy P] [--runs N]\n"), 2;
+    if (flag == "--config")
+      config_path = argv[i + 1];
+    else if (flag == "--policy")
+      policy_name = argv[i + 1];
+    else if (flag == "--runs")
+      runs = static_cast<uint32_t>(std::atoi(argv[i + 1]));
+    else
+      return std::fprintf(stderr, "usage: sg_bench_sim [--config F] [--policy P] [--runs N]\n"), 2;
   }
   FleetConfig cfg;
   cfg.policies = default_policies(cfg.job);
@@ -49,14 +53,17 @@ int main(int argc, char** argv) {
     sim_events += res.sim_events;
     attempts += res.attempts;
   }
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const double months = cfg.duration / (30 * 86400.0) * runs;
   std::printf("scenario: %u nodes x %u GPUs, %.0f simulated days x %u seeds, policy %s\n",
-              cfg.job.nodes, cfg.job.gpus_per_node, cfg.duration / 86400, runs, policy->name.c_str());
+              cfg.job.nodes, cfg.job.gpus_per_node, cfg.duration / 86400, runs,
+              policy->name.c_str());
   std::printf("wall time: %.2f s (target < 10 s on one core); fleet generation %.2f s\n", wall,
               fleet_seconds);
   std::printf("per simulated month: %.0f machine events, %.0f simulator events, %.0f attempts\n",
-              double(machine_events) / months, double(sim_events) / months, double(attempts) / months);
+              double(machine_events) / months, double(sim_events) / months,
+              double(attempts) / months);
   std::printf("mean goodput: %.4f\n", goodput / runs);
   return 0;
 }

@@ -3,9 +3,9 @@
 // table.md, results.json, goodput_vs_interval.svg and badput.svg there.
 #include "cli/simulate_command.h"
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -33,13 +33,13 @@ Status write_outputs(const std::string& dir, const sim::FleetConfig& cfg,
                      const sim::SimulationReport& rep) {
   Filesystem& fs = PosixFilesystem::instance();
   SG_RETURN_IF_ERROR(fs.create_dirs(dir));
-  SG_RETURN_IF_ERROR(atomic_write_file(fs, dir + "/table.md",
-                                       sim::render_table(cfg, rep) + "\n" + sim::render_sweep(rep)));
+  SG_RETURN_IF_ERROR(atomic_write_file(
+      fs, dir + "/table.md", sim::render_table(cfg, rep) + "\n" + sim::render_sweep(rep)));
   SG_RETURN_IF_ERROR(atomic_write_file(fs, dir + "/results.json", sim::render_json(cfg, rep)));
   SG_RETURN_IF_ERROR(atomic_write_file(fs, dir + "/badput.svg", sim::badput_svg(rep)));
   if (rep.sweep)
-    SG_RETURN_IF_ERROR(atomic_write_file(fs, dir + "/goodput_vs_interval.svg",
-                                         sim::goodput_vs_interval_svg(rep)));
+    SG_RETURN_IF_ERROR(
+        atomic_write_file(fs, dir + "/goodput_vs_interval.svg", sim::goodput_vs_interval_svg(rep)));
   return ok_status();
 }
 

@@ -1,8 +1,7 @@
 #include "sim/calibration.h"
 
-#include <boost/json.hpp>
-
 #include <algorithm>
+#include <boost/json.hpp>
 #include <fstream>
 #include <sstream>
 
@@ -36,8 +35,7 @@ double load_seconds(const Calibration& c, uint32_t nodes) {
   return c.state_bytes / bandwidth(c.load_per_node, nodes, c.aggregate_read);
 }
 
-Status parse_calibration_json(std::string_view text, const std::string& source,
-                              Calibration& into) {
+Status parse_calibration_json(std::string_view text, const std::string& source, Calibration& into) {
   boost::system::error_code ec;
   boost::json::value v = boost::json::parse(text, ec);
   if (ec) return Error(ErrorCode::kInvalid, "calibration '" + source + "': " + ec.message());
@@ -55,9 +53,9 @@ Status parse_calibration_json(std::string_view text, const std::string& source,
                    "calibration '" + source + "': " + key + ": expected a number");
     const double x = n.to_number<double>();
     if (!(x > 0 || (allow_zero && x == 0)))
-      return Error(ErrorCode::kInvalid, "calibration '" + source + "': " + key +
-                                            ": must be " + (allow_zero ? "0 or more" : "positive") +
-                                            ", got " + boost::json::serialize(n));
+      return Error(ErrorCode::kInvalid, "calibration '" + source + "': " + key + ": must be " +
+                                            (allow_zero ? "0 or more" : "positive") + ", got " +
+                                            boost::json::serialize(n));
     out = x * scale;
     return ok_status();
   };

@@ -18,15 +18,15 @@
 namespace shardguard::sim {
 
 struct Calibration {
-  double state_bytes = 980e9;             // 70B parameters x 14 bytes
-  double save_per_node = 5e9;             // bytes/s
-  double load_per_node = 5e9;             // bytes/s
+  double state_bytes = 980e9;               // 70B parameters x 14 bytes
+  double save_per_node = 5e9;               // bytes/s
+  double load_per_node = 5e9;               // bytes/s
   double snapshot_seconds_per_gib = 0.092;  // README bench: 92 ms for 1 GiB
   double commit_seconds = 0.5;
   // Fleet storage, from the fleet TOML rather than the bench.
-  double aggregate_write = 100e9;         // bytes/s, all nodes together
+  double aggregate_write = 100e9;  // bytes/s, all nodes together
   double aggregate_read = 100e9;
-  bool async_save = true;                 // the loop stalls only for the snapshot
+  bool async_save = true;  // the loop stalls only for the snapshot
   // Overrides (seconds) for scenarios stated in time rather than bandwidth (Daly's).
   std::optional<double> save_seconds, load_seconds, stall_seconds;
 };

@@ -39,9 +39,12 @@ const std::vector<FailureCause>& table() {
 
 std::string_view manifest_name(Manifest m) {
   switch (m) {
-    case Manifest::kCrash: return "crash";
-    case Manifest::kHang: return "hang";
-    case Manifest::kNodeLost: return "node_lost";
+    case Manifest::kCrash:
+      return "crash";
+    case Manifest::kHang:
+      return "hang";
+    case Manifest::kNodeLost:
+      return "node_lost";
   }
   return "unknown";
 }

@@ -22,7 +22,7 @@ std::string_view manifest_name(Manifest m);
 struct FailureCause {
   std::string name;
   std::string category;
-  double weight = 0;          // share of all failures (counts in the source)
+  double weight = 0;  // share of all failures (counts in the source)
   Manifest manifest = Manifest::kCrash;
   bool replace_node = false;  // hardware: the node is swapped; else it restarts in place
 };
@@ -31,8 +31,8 @@ struct FailureModel {
   enum class Kind { kLlama3, kExponential, kNone };
   Kind kind = Kind::kLlama3;
   // Failures per GPU-second; the job's MTBF is 1 / (rate x GPUs).
-  double per_gpu_rate = 0;  // 0: the table's own (Llama 3: 419 in 54 days on 16,384 GPUs)
-  double scale = 1.0;       // multiplies the rate (a younger or older fleet)
+  double per_gpu_rate = 0;           // 0: the table's own (Llama 3: 419 in 54 days on 16,384 GPUs)
+  double scale = 1.0;                // multiplies the rate (a younger or older fleet)
   std::vector<FailureCause> causes;  // kExponential: one transient crash cause
 };
 

@@ -34,20 +34,20 @@ struct JobShape {
 
 // Costs of the node side, in seconds, that the calibration does not measure.
 struct CostModel {
-  double launch = 20;         // Launch -> ranks started on every node (processes, CUDA init)
-  double rendezvous = 10;     // ranks started -> collectives formed
-  double teardown = 5;        // TearDown -> the node confirms its ranks are gone
-  double rank_exit = 1;       // emergency commit -> ranks exited by themselves
-  double resume_scan = 1;     // FindResume -> ResumeFound (catalog scan and read-back)
-  double commit_readback = 0;  // a manifest renamed into place -> the supervisor read it back
+  double launch = 20;              // Launch -> ranks started on every node (processes, CUDA init)
+  double rendezvous = 10;          // ranks started -> collectives formed
+  double teardown = 5;             // TearDown -> the node confirms its ranks are gone
+  double rank_exit = 1;            // emergency commit -> ranks exited by themselves
+  double resume_scan = 1;          // FindResume -> ResumeFound (catalog scan and read-back)
+  double commit_readback = 0;      // a manifest renamed into place -> the supervisor read it back
   double node_loss_detection = 3;  // a dead node -> NodeLost (three missed heartbeats)
   // Ranks report their step at most this often (the clients' rate limit): the supervisor's
   // view of the step is on average half of it old.
   double heartbeat_interval = 0.1;
-  double node_replacement = 120;   // a node gone -> its replacement joins
-  double requeue = 60;        // `run` exited 75 -> the scheduler starts the job again
-  double give_up_restart = 1800;   // `run` gave up (76) -> an operator restarts the job
-  uint32_t spare_nodes = 0;   // hot spares: members beyond `nodes`, placed when one is lost
+  double node_replacement = 120;    // a node gone -> its replacement joins
+  double requeue = 60;              // `run` exited 75 -> the scheduler starts the job again
+  double give_up_restart = 1800;    // `run` gave up (76) -> an operator restarts the job
+  uint32_t spare_nodes = 0;         // hot spares: members beyond `nodes`, placed when one is lost
   std::string scheduler = "slurm";  // names the default of `requeue` (slurm, kubernetes, none)
 };
 
@@ -72,13 +72,13 @@ struct Policy {
   uint64_t every_steps = 0;          // kSteps (the clients' own schedule)
   std::optional<double> mtbf_prior;  // kAuto; default: the failure model's MTBF for this job
   bool emergency = true;
-  uint32_t min_nodes = 0;            // 0: the job's size (no shrinking)
+  uint32_t min_nodes = 0;  // 0: the job's size (no shrinking)
 };
 
 // Goodput against the checkpoint interval, for the plot: `base` policy with interval = time
 // and each `every` in turn (same seeds for every point).
 struct Sweep {
-  std::string base;  // a policy name; default: the first with emergency checkpoints
+  std::string base;               // a policy name; default: the first with emergency checkpoints
   std::vector<double> intervals;  // empty: a log-spaced grid around the Young/Daly point
 };
 

@@ -36,7 +36,8 @@ class Problems {
 // keys nobody asked for.
 class Section {
  public:
-  Section(const toml::table* t, std::string path, Problems& p) : t_(t), path_(std::move(path)), p_(p) {}
+  Section(const toml::table* t, std::string path, Problems& p)
+      : t_(t), path_(std::move(path)), p_(p) {}
 
   const toml::node* get(std::string_view key) {
     known_.insert(std::string(key));
@@ -71,7 +72,8 @@ class Section {
   bool number(std::string_view key, double& out, double lo, double hi) {
     const toml::node* n = get(key);
     if (!n || !expect(*n, key, n->is_number(), "a number")) return false;
-    const double v = n->is_integer() ? double(n->as_integer()->get()) : n->as_floating_point()->get();
+    const double v =
+        n->is_integer() ? double(n->as_integer()->get()) : n->as_floating_point()->get();
     if (!(v >= lo && v <= hi)) {
       std::ostringstream s;
       s << "must be between " << lo << " and " << hi << ", got " << v;
@@ -208,10 +210,14 @@ void read_costs(Section s, FleetConfig& c) {
   s.seconds("give_up_restart", k.give_up_restart);
   // The scheduler names the requeue delay's default; `requeue` overrides it.
   if (const toml::node* n = s.string("scheduler", k.scheduler)) {
-    if (k.scheduler == "slurm") k.requeue = 60;
-    else if (k.scheduler == "kubernetes") k.requeue = 30;
-    else if (k.scheduler == "none") k.requeue = 0;
-    else s.bad(*n, "scheduler", "expected one of \"slurm\", \"kubernetes\", \"none\"");
+    if (k.scheduler == "slurm")
+      k.requeue = 60;
+    else if (k.scheduler == "kubernetes")
+      k.requeue = 30;
+    else if (k.scheduler == "none")
+      k.requeue = 0;
+    else
+      s.bad(*n, "scheduler", "expected one of \"slurm\", \"kubernetes\", \"none\"");
   }
   s.seconds("requeue", k.requeue);
   s.integer("spare_nodes", k.spare_nodes, 0, 1000000);
@@ -236,9 +242,10 @@ void read_restart(Section s, FleetConfig& c) {
 
 void read_failures(Section s, FleetConfig& c) {
   FailureModel& f = c.failures;
-  s.choice("model", f.kind, {{"llama3", FailureModel::Kind::kLlama3},
-                             {"exponential", FailureModel::Kind::kExponential},
-                             {"none", FailureModel::Kind::kNone}});
+  s.choice("model", f.kind,
+           {{"llama3", FailureModel::Kind::kLlama3},
+            {"exponential", FailureModel::Kind::kExponential},
+            {"none", FailureModel::Kind::kNone}});
   s.number("scale", f.scale, 0, 1e6);
   double mtbf = 0;
   const bool have_mtbf = s.seconds("mtbf", mtbf, false);
@@ -254,8 +261,11 @@ void read_failures(Section s, FleetConfig& c) {
 
 void read_preemption(Section s, FleetConfig& c, const std::string& base_dir) {
   PreemptionModel& p = c.preemption;
-  s.choice("cloud", p.cloud, {{"none", Cloud::kNone}, {"aws", Cloud::kAws},
-                              {"gcp", Cloud::kGcp}, {"azure", Cloud::kAzure}});
+  s.choice("cloud", p.cloud,
+           {{"none", Cloud::kNone},
+            {"aws", Cloud::kAws},
+            {"gcp", Cloud::kGcp},
+            {"azure", Cloud::kAzure}});
   p.notice = default_notice_seconds(p.cloud);
   if (p.cloud == Cloud::kNone) p.hazard = 0;
   s.seconds("notice", p.notice);
@@ -266,8 +276,10 @@ void read_preemption(Section s, FleetConfig& c, const std::string& base_dir) {
   std::string bucket;
   if (const toml::node* n = s.string("aws_bucket", bucket)) {
     auto b = aws_bucket_probability(bucket);
-    if (!b.ok()) s.bad(*n, "aws_bucket", b.error().message());
-    else p.hazard = hazard_from_probability(*b, 30 * 86400.0);
+    if (!b.ok())
+      s.bad(*n, "aws_bucket", b.error().message());
+    else
+      p.hazard = hazard_from_probability(*b, 30 * 86400.0);
   }
   bool bathtub = false;
   s.boolean("bathtub", bathtub);
@@ -277,16 +289,19 @@ void read_preemption(Section s, FleetConfig& c, const std::string& base_dir) {
   s.seconds("bathtub_tau2", shape.tau2, false);
   s.seconds("bathtub_max_lifetime", shape.b, false);
   if (bathtub) p.bathtub = shape;
-  if (const toml::node* n = s.get("traces"); n && s.expect(*n, "traces", n->is_array(), "an array of file names")) {
+  if (const toml::node* n = s.get("traces");
+      n && s.expect(*n, "traces", n->is_array(), "an array of file names")) {
     for (const auto& item : *n->as_array()) {
       if (!s.expect(item, "traces", item.is_string(), "an array of file names")) continue;
       auto t = read_spot_trace(resolve(base_dir, item.as_string()->get()));
-      if (!t.ok()) s.bad(item, "traces", t.error().message());
-      else p.traces.push_back(std::move(t).value());
+      if (!t.ok())
+        s.bad(item, "traces", t.error().message());
+      else
+        p.traces.push_back(std::move(t).value());
     }
   }
-  s.choice("trace_kind", p.trace_kind, {{"preemption", TraceKind::kPreemption},
-                                        {"availability", TraceKind::kAvailability}});
+  s.choice("trace_kind", p.trace_kind,
+           {{"preemption", TraceKind::kPreemption}, {"availability", TraceKind::kAvailability}});
   s.boolean("trace_random_offset", p.trace_random_offset);
   s.finish();
 }
@@ -294,9 +309,10 @@ void read_preemption(Section s, FleetConfig& c, const std::string& base_dir) {
 void read_policy(Section s, Policy& p, const std::string& name_default) {
   p.name = name_default;
   s.string("name", p.name);
-  s.choice("interval", p.interval, {{"steps", policies::IntervalMode::kSteps},
-                                    {"time", policies::IntervalMode::kTime},
-                                    {"auto", policies::IntervalMode::kAuto}});
+  s.choice("interval", p.interval,
+           {{"steps", policies::IntervalMode::kSteps},
+            {"time", policies::IntervalMode::kTime},
+            {"auto", policies::IntervalMode::kAuto}});
   s.seconds("every", p.every, false);
   s.integer("every_steps", p.every_steps, 0, INT64_MAX);
   double mtbf = 0;
@@ -326,8 +342,8 @@ Result<FleetConfig> parse_fleet_config(std::string_view text, const std::string&
   try {
     root = toml::parse(text, source);
   } catch (const toml::parse_error& e) {
-    return Error(ErrorCode::kInvalid, source + ":" + std::to_string(e.source().begin.line) +
-                                          ": " + std::string(e.description()));
+    return Error(ErrorCode::kInvalid, source + ":" + std::to_string(e.source().begin.line) + ": " +
+                                          std::string(e.description()));
   }
   FleetConfig c;
   c.source = source;

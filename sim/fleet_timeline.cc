@@ -49,8 +49,8 @@ class Generator {
     for (const auto& cause : out_.causes) cumulative_.push_back(total += cause.weight);
     node_rate_ = gpu_failure_rate(c.failures) * c.job.gpus_per_node;
     if (total <= 0) node_rate_ = 0;
-    availability_ = !c.preemption.traces.empty() &&
-                    c.preemption.trace_kind == TraceKind::kAvailability;
+    availability_ =
+        !c.preemption.traces.empty() && c.preemption.trace_kind == TraceKind::kAvailability;
     if (availability_ && c.preemption.trace_random_offset) {  // each seed starts somewhere else
       Stream pick(derive_seed(seed, kTraceStream, c.job.nodes + c.costs.spare_nodes));
       capacity_offset_ = static_cast<int64_t>(pick.below(c.preemption.traces.front().data.size()));
@@ -93,14 +93,16 @@ class Generator {
     if (it.what == Due::kUp) return up(it.t, it.slot);
     if (!s.alive || it.token != s.token) return;  // that machine is already gone
     switch (it.what) {
-      case Due::kFailure: return failure(it.t, it.slot);
+      case Due::kFailure:
+        return failure(it.t, it.slot);
       case Due::kNotice:
         s.going = true;
         return emit(it.t, FleetEventKind::kNotice, it.slot, -1, s.deadline);
       case Due::kGone:
         emit(it.t, FleetEventKind::kGone, it.slot);
         return down(it.t, it.slot);
-      default: return;
+      default:
+        return;
     }
   }
 
@@ -181,8 +183,8 @@ class Generator {
   }
   int64_t capacity(double t) const {
     const auto& tr = c_.preemption.traces.front();
-    const auto i = (static_cast<size_t>(t / tr.gap_seconds) + size_t(capacity_offset_)) %
-                   tr.data.size();
+    const auto i =
+        (static_cast<size_t>(t / tr.gap_seconds) + size_t(capacity_offset_)) % tr.data.size();
     return tr.data[i];
   }
 

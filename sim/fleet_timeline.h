@@ -25,9 +25,9 @@ struct FleetEvent {
   double time = 0;
   FleetEventKind kind = FleetEventKind::kUp;
   uint32_t slot = 0;
-  uint32_t node = 0;     // the machine's NodeId: slot + slots x generation
-  int32_t cause = -1;    // kFailure: index into FleetTimeline::causes
-  double deadline = 0;   // kNotice
+  uint32_t node = 0;    // the machine's NodeId: slot + slots x generation
+  int32_t cause = -1;   // kFailure: index into FleetTimeline::causes
+  double deadline = 0;  // kNotice
 };
 
 struct FleetTimeline {

@@ -225,8 +225,7 @@ void JobSim::on_finish(const command::Finish& f) {
   next_epoch_ = machine_->epoch() + 1;
   timers_.fill(kInf);
   for (auto& s : pool_) s.member = false;
-  const double delay =
-      f.exit_code == kExitPreempted ? c_.costs.requeue : c_.costs.give_up_restart;
+  const double delay = f.exit_code == kExitPreempted ? c_.costs.requeue : c_.costs.give_up_restart;
   schedule(t_ + delay, SimKind::kMachineStart);
 }
 
@@ -240,16 +239,26 @@ void JobSim::fire_timer(TimerId id) {
 
 void JobSim::on_sim_event(const SimEvent& e) {
   switch (e.kind) {
-    case SimKind::kNodesLaunched: return on_nodes_launched(e.epoch);
-    case SimKind::kReady: return on_ready(e.epoch);
-    case SimKind::kProgress: return on_progress(e.epoch, e.gen, e.arg);
-    case SimKind::kStallEnd: return on_stall_end(e.epoch, e.arg);
-    case SimKind::kCommit: return on_commit(e.epoch, e.arg);
-    case SimKind::kCommitSeen: return on_commit_seen(e.epoch, e.arg, e.gen != 0);
-    case SimKind::kNodesStopped: return on_nodes_stopped(e.epoch);
-    case SimKind::kResume: return on_resume(e.epoch);
-    case SimKind::kMachineStart: return start_machine();
-    case SimKind::kScript: return script_apply(e.arg);
+    case SimKind::kNodesLaunched:
+      return on_nodes_launched(e.epoch);
+    case SimKind::kReady:
+      return on_ready(e.epoch);
+    case SimKind::kProgress:
+      return on_progress(e.epoch, e.gen, e.arg);
+    case SimKind::kStallEnd:
+      return on_stall_end(e.epoch, e.arg);
+    case SimKind::kCommit:
+      return on_commit(e.epoch, e.arg);
+    case SimKind::kCommitSeen:
+      return on_commit_seen(e.epoch, e.arg, e.gen != 0);
+    case SimKind::kNodesStopped:
+      return on_nodes_stopped(e.epoch);
+    case SimKind::kResume:
+      return on_resume(e.epoch);
+    case SimKind::kMachineStart:
+      return start_machine();
+    case SimKind::kScript:
+      return script_apply(e.arg);
     case SimKind::kSurvivorStep:
       if (attempt_ && attempt_->epoch == e.epoch) {
         ++result_.heartbeats;
@@ -283,7 +292,8 @@ void JobSim::on_fleet_event(const FleetEvent& e) {
       if (machine_live()) join(e.slot);
       return;
     }
-    case FleetEventKind::kFailure: return on_failure(e);
+    case FleetEventKind::kFailure:
+      return on_failure(e);
     case FleetEventKind::kNotice: {
       PoolSlot* s = slot_of(e.node);
       if (s == nullptr) return;

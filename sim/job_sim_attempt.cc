@@ -188,7 +188,8 @@ void JobSim::on_commit(Epoch e, uint64_t step) {
 void JobSim::on_commit_seen(Epoch e, uint64_t step, bool emergency) {
   feed(event::Committed{e, step, "step-" + std::to_string(step) + "/manifest.json", 0});
   AttemptModel* a = current(e);
-  if (!emergency && a != nullptr && a->running()) script_anchor(ScriptedDisruption::Anchor::kCommit);
+  if (!emergency && a != nullptr && a->running())
+    script_anchor(ScriptedDisruption::Anchor::kCommit);
 }
 
 void JobSim::on_checkpoint_now(const command::CheckpointNow& cn) {
@@ -276,7 +277,8 @@ std::pair<uint64_t, double> JobSim::client_heartbeat(const AttemptModel& a, doub
   auto end_of = [&](double k) { return a.work_t + (k - a.work) * a.step_s; };
   if (interval <= 0) {
     const double k = std::floor(done + 1e-9);
-    return k > double(a.hb_step) ? std::pair{uint64_t(k), end_of(k)} : std::pair{a.hb_step, a.hb_time};
+    return k > double(a.hb_step) ? std::pair{uint64_t(k), end_of(k)}
+                                 : std::pair{a.hb_step, a.hb_time};
   }
   // The first step ending at or after both the pause's end and the previous heartbeat + interval.
   const double eligible = std::max(a.work_t, a.hb_time + interval);

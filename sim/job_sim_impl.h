@@ -57,17 +57,17 @@ struct AttemptModel {
   std::vector<NodeId> nodes;  // the layout, node rank order
   uint32_t n = 0;
   uint64_t resume = 0;
-  double step_s = 0;        // seconds per step on n nodes
-  bool ready = false;       // training has begun
-  bool stopped = false;     // torn down: nothing runs any more
-  bool dead = false;        // a rank or node died: the rest block in collectives
-  bool hung = false;        // ranks alive but stuck: no progress, no heartbeats
-  bool exiting = false;     // emergency checkpoint committed: ranks are leaving
-  bool stalled = false;     // the loop is stopped for a save
-  double work = 0;          // steps done (fractional) at `work_t`
+  double step_s = 0;     // seconds per step on n nodes
+  bool ready = false;    // training has begun
+  bool stopped = false;  // torn down: nothing runs any more
+  bool dead = false;     // a rank or node died: the rest block in collectives
+  bool hung = false;     // ranks alive but stuck: no progress, no heartbeats
+  bool exiting = false;  // emergency checkpoint committed: ranks are leaving
+  bool stalled = false;  // the loop is stopped for a save
+  double work = 0;       // steps done (fractional) at `work_t`
   double work_t = 0;
-  uint64_t gen = 0;         // bumped when scheduled progress events become stale
-  uint64_t last_fed = 0;    // the step last reported in a heartbeat
+  uint64_t gen = 0;       // bumped when scheduled progress events become stale
+  uint64_t last_fed = 0;  // the step last reported in a heartbeat
   // The clients' own last heartbeat (they send one after a step, at most once per
   // heartbeat_interval): what the supervisor has heard.
   double hb_time = 0;
@@ -75,11 +75,11 @@ struct AttemptModel {
   // Saves.
   std::optional<uint64_t> request;  // at_step asked by the machine
   CheckpointKind request_kind = CheckpointKind::kPeriodic;
-  uint64_t next_every = 0;          // next step of the clients' own schedule (0: none)
-  std::optional<uint64_t> saving;   // step of the save in flight (snapshot or write)
+  uint64_t next_every = 0;         // next step of the clients' own schedule (0: none)
+  std::optional<uint64_t> saving;  // step of the save in flight (snapshot or write)
   bool saving_emergency = false;
-  double write_done = -1;           // when the write in flight commits
-  bool waiting_for_write = false;   // due to save while the previous write runs
+  double write_done = -1;          // when the write in flight commits
+  bool waiting_for_write = false;  // due to save while the previous write runs
   uint64_t waiting_step = 0;
   bool waiting_emergency = false;
 

@@ -29,8 +29,8 @@ void JobSim::script_apply(uint64_t index) {
   heartbeat(false);
   if (d.action == ScriptedDisruption::Action::kKill) {
     rank_died();
-    return feed(event::RankExited{epoch, d.rank, true, 0, 9, false,
-                                  "killed by signal 9 (SIGKILL)"});
+    return feed(
+        event::RankExited{epoch, d.rank, true, 0, 9, false, "killed by signal 9 (SIGKILL)"});
   }
   event::Notice n;
   n.node = a.nodes.front();

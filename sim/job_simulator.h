@@ -34,15 +34,15 @@ struct ScriptedDisruption {
   Anchor anchor = Anchor::kReady;
   double after = 0;
   Action action = Action::kKill;
-  uint32_t rank = 0;    // kKill
-  double lead = 30;     // kNotice: its deadline is this far ahead
+  uint32_t rank = 0;  // kKill
+  double lead = 30;   // kNotice: its deadline is this far ahead
 };
 
 struct DisruptionOutcome {
-  double at = -1;            // simulated time it was applied (-1: never)
+  double at = -1;  // simulated time it was applied (-1: never)
   supervisor::Epoch epoch = 0;
-  uint64_t lost_steps = 0;   // the machine's own count for that attempt (attempt_end)
-  double downtime = -1;      // until the next attempt's ranks were ready (-1: not yet)
+  uint64_t lost_steps = 0;  // the machine's own count for that attempt (attempt_end)
+  double downtime = -1;     // until the next attempt's ranks were ready (-1: not yet)
 };
 
 // A line of the machine's timeline, with the simulated time it was written at.
@@ -58,21 +58,21 @@ struct SimOptions {
 
 struct RunResult {
   policies::GoodputTotals goodput;
-  double lost_steps = 0;        // work redone after resumes, in steps
-  double final_step = 0;        // progress at the end
-  uint64_t failures_hit = 0;    // failures on a node running the job's ranks
-  uint64_t preemptions = 0;     // the job's nodes taken by the cloud
-  uint64_t notices = 0;         // notices given to the supervisor
+  double lost_steps = 0;      // work redone after resumes, in steps
+  double final_step = 0;      // progress at the end
+  uint64_t failures_hit = 0;  // failures on a node running the job's ranks
+  uint64_t preemptions = 0;   // the job's nodes taken by the cloud
+  uint64_t notices = 0;       // notices given to the supervisor
   uint64_t emergency_commits = 0;
-  uint64_t checkpoints = 0;     // commits
-  uint64_t attempts = 0;        // launches
-  uint64_t machines = 0;        // `shardguard run`s: the first and every requeue
-  uint64_t give_ups = 0;        // exits 76
-  uint64_t machine_events = 0;  // events fed to the AttemptMachine
-  uint64_t heartbeats = 0;      // of those, node-level Heartbeats
-  uint64_t sim_events = 0;      // the simulator's own queue, fleet events and timers
-  std::vector<TimedRecord> records;                  // keep_records only
-  std::vector<DisruptionOutcome> disruptions;        // one per scripted disruption
+  uint64_t checkpoints = 0;                    // commits
+  uint64_t attempts = 0;                       // launches
+  uint64_t machines = 0;                       // `shardguard run`s: the first and every requeue
+  uint64_t give_ups = 0;                       // exits 76
+  uint64_t machine_events = 0;                 // events fed to the AttemptMachine
+  uint64_t heartbeats = 0;                     // of those, node-level Heartbeats
+  uint64_t sim_events = 0;                     // the simulator's own queue, fleet events and timers
+  std::vector<TimedRecord> records;            // keep_records only
+  std::vector<DisruptionOutcome> disruptions;  // one per scripted disruption
 };
 
 // The decision core's settings for `policy` on `config`'s job, as `shardguard run` would set

@@ -7,20 +7,28 @@ namespace shardguard::sim {
 
 std::string_view cloud_name(Cloud cloud) {
   switch (cloud) {
-    case Cloud::kNone: return "none";
-    case Cloud::kAws: return "aws";
-    case Cloud::kGcp: return "gcp";
-    case Cloud::kAzure: return "azure";
+    case Cloud::kNone:
+      return "none";
+    case Cloud::kAws:
+      return "aws";
+    case Cloud::kGcp:
+      return "gcp";
+    case Cloud::kAzure:
+      return "azure";
   }
   return "unknown";
 }
 
 double default_notice_seconds(Cloud cloud) {
   switch (cloud) {
-    case Cloud::kAws: return 120;  // EC2 Spot instance interruption notice
-    case Cloud::kGcp: return 30;   // preemption notice (ACPI G2 soft off)
-    case Cloud::kAzure: return 30;  // Scheduled Events "Preempt", NotBefore >= 30 s
-    case Cloud::kNone: return 0;
+    case Cloud::kAws:
+      return 120;  // EC2 Spot instance interruption notice
+    case Cloud::kGcp:
+      return 30;  // preemption notice (ACPI G2 soft off)
+    case Cloud::kAzure:
+      return 30;  // Scheduled Events "Preempt", NotBefore >= 30 s
+    case Cloud::kNone:
+      return 0;
   }
   return 0;
 }

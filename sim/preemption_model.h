@@ -52,10 +52,10 @@ enum class TraceKind {
 
 struct PreemptionModel {
   Cloud cloud = Cloud::kGcp;
-  double notice = 30;                            // seconds of notice
+  double notice = 30;                                    // seconds of notice
   double hazard = hazard_from_probability(0.05, 86400);  // per node, per second (Poisson)
-  std::optional<Bathtub> bathtub;                // replaces the Poisson rate when set
-  std::vector<SpotTrace> traces;                 // replaces both when not empty
+  std::optional<Bathtub> bathtub;                        // replaces the Poisson rate when set
+  std::vector<SpotTrace> traces;                         // replaces both when not empty
   TraceKind trace_kind = TraceKind::kPreemption;
   bool trace_random_offset = true;  // each slot starts at a random tick of its trace
 };

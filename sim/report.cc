@@ -1,7 +1,6 @@
 #include "sim/report.h"
 
 #include <boost/json.hpp>
-
 #include <cmath>
 #include <cstdio>
 
@@ -22,8 +21,10 @@ std::string pct(const Estimate& e) {
 
 std::string interval_text(const Policy& p) {
   switch (p.interval) {
-    case policies::IntervalMode::kTime: return "every " + seconds_text(p.every);
-    case policies::IntervalMode::kAuto: return "auto (Young/Daly)";
+    case policies::IntervalMode::kTime:
+      return "every " + seconds_text(p.every);
+    case policies::IntervalMode::kAuto:
+      return "auto (Young/Daly)";
     case policies::IntervalMode::kSteps:
       return p.every_steps ? "every " + std::to_string(p.every_steps) + " steps" : "none";
   }
@@ -48,8 +49,9 @@ std::string render_table(const FleetConfig& c, const SimulationReport& r) {
          fmt("%.1f", r.load_seconds) + " s; failures every " + seconds_text(r.job_mtbf) +
          "; preemptions " + std::string(cloud_name(c.preemption.cloud)) + ", " +
          seconds_text(c.preemption.notice) + " notice.\n\n";
-  out += "| policy | checkpoints | notices | min nodes | goodput % (95% CI) | recompute % | "
-         "restart % | checkpoint % | waiting % | ckpts/run | lost steps/run |\n";
+  out +=
+      "| policy | checkpoints | notices | min nodes | goodput % (95% CI) | recompute % | "
+      "restart % | checkpoint % | waiting % | ckpts/run | lost steps/run |\n";
   out += "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const PolicySummary& s : r.policies) {
     const Policy& p = s.policy;
@@ -83,19 +85,20 @@ std::string render_json(const FleetConfig& c, const SimulationReport& r) {
     return json::object{{"mean", e.mean}, {"ci95", e.half_width}, {"stddev", e.stddev}, {"n", e.n}};
   };
   json::object root;
-  root["scenario"] = json::object{{"source", c.source},
-                                  {"nodes", c.job.nodes},
-                                  {"gpus_per_node", c.job.gpus_per_node},
-                                  {"duration_seconds", r.duration},
-                                  {"runs", r.runs},
-                                  {"seed", r.seed},
-                                  {"state_bytes", c.calibration.state_bytes},
-                                  {"save_seconds", r.save_seconds},
-                                  {"stall_seconds", r.stall_seconds},
-                                  {"load_seconds", r.load_seconds},
-                                  {"failure_mtbf_seconds", std::isfinite(r.job_mtbf) ? r.job_mtbf : -1},
-                                  {"cloud", std::string(cloud_name(c.preemption.cloud))},
-                                  {"notice_seconds", c.preemption.notice}};
+  root["scenario"] =
+      json::object{{"source", c.source},
+                   {"nodes", c.job.nodes},
+                   {"gpus_per_node", c.job.gpus_per_node},
+                   {"duration_seconds", r.duration},
+                   {"runs", r.runs},
+                   {"seed", r.seed},
+                   {"state_bytes", c.calibration.state_bytes},
+                   {"save_seconds", r.save_seconds},
+                   {"stall_seconds", r.stall_seconds},
+                   {"load_seconds", r.load_seconds},
+                   {"failure_mtbf_seconds", std::isfinite(r.job_mtbf) ? r.job_mtbf : -1},
+                   {"cloud", std::string(cloud_name(c.preemption.cloud))},
+                   {"notice_seconds", c.preemption.notice}};
   json::array pols;
   for (const PolicySummary& s : r.policies) {
     json::object b;
@@ -121,7 +124,8 @@ std::string render_json(const FleetConfig& c, const SimulationReport& r) {
     json::array pts;
     for (const SweepPoint& p : r.sweep->points)
       pts.push_back(json::object{{"interval_seconds", p.interval}, {"goodput", est(p.goodput)}});
-    json::object sw{{"policy", r.sweep->base}, {"young_daly_seconds", r.sweep->young_daly},
+    json::object sw{{"policy", r.sweep->base},
+                    {"young_daly_seconds", r.sweep->young_daly},
                     {"points", std::move(pts)}};
     if (r.sweep->optimum)
       sw["fitted_optimum"] = json::object{{"interval_seconds", r.sweep->optimum->x},

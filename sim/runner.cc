@@ -50,10 +50,10 @@ const Policy& sweep_base(const FleetConfig& c) {
 
 double young_daly_point(const FleetConfig& c, const Policy& p) {
   const supervisor::MachineConfig m = machine_config_for(c, p);
-  const double cost = (c.calibration.async_save
-                           ? stall_seconds(c.calibration, c.job.nodes, c.job.gpus_per_node)
-                           : 0.0) +
-                      save_seconds(c.calibration, c.job.nodes);
+  const double cost =
+      (c.calibration.async_save ? stall_seconds(c.calibration, c.job.nodes, c.job.gpus_per_node)
+                                : 0.0) +
+      save_seconds(c.calibration, c.job.nodes);
   const Duration d = policies::young_daly_interval(
       std::chrono::duration_cast<Duration>(std::chrono::duration<double>(cost)), m.mtbf);
   return std::chrono::duration<double>(d).count();

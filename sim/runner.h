@@ -23,9 +23,9 @@ struct PolicySummary {
   Estimate goodput;  // productive / allocated GPU-seconds, over seeds
   std::array<Estimate, policies::kBadputCauses> badput;  // shares of allocated GPU-seconds
   // Means per run.
-  double failures_hit = 0, preemptions = 0, notices = 0, emergency_commits = 0,
-         checkpoints = 0, attempts = 0, machines = 0, give_ups = 0, lost_steps = 0,
-         machine_events = 0, sim_events = 0;
+  double failures_hit = 0, preemptions = 0, notices = 0, emergency_commits = 0, checkpoints = 0,
+         attempts = 0, machines = 0, give_ups = 0, lost_steps = 0, machine_events = 0,
+         sim_events = 0;
 };
 
 struct SweepPoint {
@@ -36,7 +36,7 @@ struct SweepPoint {
 struct SweepSummary {
   std::string base;  // the policy swept (interval = "time", every = each point)
   std::vector<SweepPoint> points;
-  double young_daly = 0;  // what interval = "auto" starts from: sqrt(2 x cost x MTBF)
+  double young_daly = 0;                // what interval = "auto" starts from: sqrt(2 x cost x MTBF)
   std::optional<CurveOptimum> optimum;  // of a quadratic through the best 5 points
 };
 
@@ -50,14 +50,14 @@ struct SimulationReport {
   double save_seconds = 0;   // begin -> commit at full size (what `auto` measures)
   double stall_seconds = 0;  // the loop's stop per periodic save
   double load_seconds = 0;
-  double job_mtbf = 0;       // failures only (preemptions aside)
+  double job_mtbf = 0;  // failures only (preemptions aside)
   std::vector<PolicySummary> policies;
   std::optional<SweepSummary> sweep;
   double wall_seconds = 0;
 };
 
 struct RunnerOptions {
-  uint32_t runs = 0;   // 0: the config's
+  uint32_t runs = 0;  // 0: the config's
   std::optional<uint64_t> seed;
   bool sweep = true;
   std::function<void(std::string_view)> progress;  // one line per finished batch

@@ -1,7 +1,6 @@
 #include "sim/spot_trace.h"
 
 #include <boost/json.hpp>
-
 #include <cerrno>
 #include <fstream>
 #include <sstream>

@@ -38,8 +38,8 @@ std::optional<LogCurve> fit_log_curve(const std::vector<double>& x, const std::v
                                       size_t window = 0);
 
 struct CurveOptimum {
-  double x = 0;          // where the fitted curve peaks
-  double y = 0;          // its value there
+  double x = 0;           // where the fitted curve peaks
+  double y = 0;           // its value there
   bool interior = false;  // false: the peak is at an end of the fitted range
 };
 // The maximum of fit_log_curve over its range. The goodput curve of a checkpoint interval is

@@ -23,18 +23,27 @@ std::string escape(const std::string& s) {
   std::string out;
   for (char ch : s) {
     switch (ch) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += ch;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += ch;
     }
   }
   return out;
 }
 
 std::string text(double x, double y, const std::string& s, const char* anchor = "middle",
-                  int size = 12) {
+                 int size = 12) {
   return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\" font-size=\"" + std::to_string(size) +
          "\" text-anchor=\"" + anchor + "\">" + escape(s) + "</text>\n";
 }
@@ -45,8 +54,8 @@ std::string line(double x1, double y1, double x2, double y2, const std::string& 
 }
 
 std::string header(const std::string& title) {
-  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kW) + "\" height=\"" +
-         num(kH) + "\" viewBox=\"0 0 " + num(kW) + " " + num(kH) +
+  return "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(kW) + "\" height=\"" + num(kH) +
+         "\" viewBox=\"0 0 " + num(kW) + " " + num(kH) +
          "\" font-family=\"sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n" +
          text(kW / 2, 22, title, "middle", 15);
 }
@@ -129,7 +138,8 @@ std::string goodput_vs_interval_svg(const SimulationReport& r) {
       const double x = std::exp(a + (b - a) * k / 100);
       pts += num(X(x)) + "," + num(Y(100 * fit->at(x))) + " ";
     }
-    svg += "<polyline points=\"" + pts + "\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\"/>\n";
+    svg += "<polyline points=\"" + pts +
+           "\" fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"1.5\"/>\n";
   }
   for (const SweepPoint& p : s.points) {
     const double x = X(p.interval);
@@ -190,8 +200,9 @@ std::string badput_svg(const SimulationReport& r) {
   const double ly = kH - 6;
   for (size_t k = 0; k < policies::kBadputCauses; ++k) {
     const std::string name(policies::badput_name(static_cast<policies::Badput>(k)));
-    svg += "<rect x=\"" + num(lx) + "\" y=\"" + num(ly - 10) + "\" width=\"12\" height=\"12\" fill=\"" +
-           kColors[k] + "\"/>\n" + text(lx + 16, ly, name, "start", 12);
+    svg += "<rect x=\"" + num(lx) + "\" y=\"" + num(ly - 10) +
+           "\" width=\"12\" height=\"12\" fill=\"" + kColors[k] + "\"/>\n" +
+           text(lx + 16, ly, name, "start", 12);
     lx += 30 + 8 * double(name.size());
   }
   return svg + "</svg>\n";

@@ -1,7 +1,6 @@
 // fleet.toml, the calibration JSON and spot traces: defaults are the headline scenario, every
 // key is read, and every mistake names the file, line and key.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstdlib>
 
@@ -107,7 +106,7 @@ intervals = ["5m", "1h"]
   CHECK(c->seed == 42);
   CHECK(c->job.step_seconds == 2);
   CHECK(save_seconds(c->calibration, 16) == Approx(64e9 / 10e9));  // sync: no stall first
-  CHECK(stall_seconds(c->calibration, 16, 4) == Approx(6.4));       // the loop waits for all
+  CHECK(stall_seconds(c->calibration, 16, 4) == Approx(6.4));      // the loop waits for all
   CHECK(c->costs.requeue == 30);
   CHECK(c->costs.spare_nodes == 2);
   CHECK(c->restart.hang_timeout == 0);
@@ -135,7 +134,8 @@ TEST_CASE("Mistakes name the file, line and key", "[sim][config][unit]") {
   SECTION("unknown AWS bucket") {
     auto c = parse("[preemption]\ncloud = \"aws\"\naws_bucket = \"25%\"\n");
     REQUIRE_FALSE(c.ok());
-    CHECK_THAT(c.error().message(), Catch::Contains("preemption.aws_bucket: unknown AWS advisor bucket"));
+    CHECK_THAT(c.error().message(),
+               Catch::Contains("preemption.aws_bucket: unknown AWS advisor bucket"));
   }
   SECTION("a sweep of a policy that does not exist") {
     auto c = parse("[sweep]\npolicy = \"nope\"\n");
@@ -170,17 +170,20 @@ TEST_CASE("The calibration JSON overrides the figures it holds", "[sim][config][
   Calibration k;
   auto bad = parse_calibration_json(R"({"load_gbps_per_node": -1})", "cal.json", k);
   REQUIRE_FALSE(bad.ok());
-  CHECK_THAT(bad.error().message(), Catch::Contains("cal.json': load_gbps_per_node: must be positive"));
+  CHECK_THAT(bad.error().message(),
+             Catch::Contains("cal.json': load_gbps_per_node: must be positive"));
   CHECK_FALSE(parse_calibration_json("[1]", "cal.json", k).ok());
 }
 
 TEST_CASE("Spot traces in the skypilot shape", "[sim][config][unit]") {
-  auto t = parse_spot_trace(R"({"metadata": {"gap_seconds": 600, "zone": "x"}, "data": [0, 1, 2]})", "t.json");
+  auto t = parse_spot_trace(R"({"metadata": {"gap_seconds": 600, "zone": "x"}, "data": [0, 1, 2]})",
+                            "t.json");
   REQUIRE(t.ok());
   CHECK(t->gap_seconds == 600);
   CHECK(t->data == std::vector<int64_t>{0, 1, 2});
   CHECK(t->length_seconds() == 1800);
-  auto bad = GENERATE(as<std::string>{}, R"({"data": [1]})", R"({"metadata": {"gap_seconds": 0}, "data": [1]})",
+  auto bad = GENERATE(as<std::string>{}, R"({"data": [1]})",
+                      R"({"metadata": {"gap_seconds": 0}, "data": [1]})",
                       R"({"metadata": {"gap_seconds": 60}, "data": [1, "x"]})",
                       R"({"metadata": {"gap_seconds": 60}, "data": []})", "not json");
   INFO(bad);

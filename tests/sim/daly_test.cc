@@ -5,7 +5,6 @@
 // exact goodput of the simulated process. CI runs a reduced form (2 x 10^4 failures per point);
 // the `slow` registration (SHARDGUARD_DALY_FULL=1) runs >= 10^5 failures per point.
 #include <catch2/catch.hpp>
-
 #include <cstdlib>
 #include <string>
 
@@ -24,8 +23,10 @@ bool full_check() {
 
 }  // namespace
 
-TEST_CASE("The fitted optimum of Daly's exact goodput curve is Daly's optimum", "[sim][daly][unit]") {
-  const auto [mtbf_min, daly_min] = GENERATE(table<double, double>({{1440, 116.7}, {360, 56.7}, {15, 9.1}}));
+TEST_CASE("The fitted optimum of Daly's exact goodput curve is Daly's optimum",
+          "[sim][daly][unit]") {
+  const auto [mtbf_min, daly_min] =
+      GENERATE(table<double, double>({{1440, 116.7}, {360, 56.7}, {15, 9.1}}));
   const double mtbf = mtbf_min * 60;
   std::vector<double> x, y;
   for (double tau : daly_grid(mtbf)) {
@@ -40,7 +41,8 @@ TEST_CASE("The fitted optimum of Daly's exact goodput curve is Daly's optimum", 
 }
 
 TEST_CASE("Simulated goodput finds Daly's optimum checkpoint interval within 5%", "[sim][daly]") {
-  const auto [mtbf_min, daly_min] = GENERATE(table<double, double>({{1440, 116.7}, {360, 56.7}, {15, 9.1}}));
+  const auto [mtbf_min, daly_min] =
+      GENERATE(table<double, double>({{1440, 116.7}, {360, 56.7}, {15, 9.1}}));
   const double mtbf = mtbf_min * 60;
   const bool full = full_check();
   const uint32_t replications = full ? 10 : 4;
@@ -61,7 +63,7 @@ TEST_CASE("Simulated goodput finds Daly's optimum checkpoint interval within 5%"
   const auto opt = sim::fitted_maximum(x, y);
   REQUIRE(opt);
   CHECK(opt->interior);
-  WARN("MTBF " << mtbf_min << " min: simulated optimum " << opt->x / 60 << " min, Daly "
-               << daly_min << " min (" << points.front().failures << " failures per point)");
+  WARN("MTBF " << mtbf_min << " min: simulated optimum " << opt->x / 60 << " min, Daly " << daly_min
+               << " min (" << points.front().failures << " failures per point)");
   CHECK(opt->x / 60 == Approx(daly_min).epsilon(0.05));
 }

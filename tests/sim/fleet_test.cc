@@ -2,7 +2,6 @@
 // the loss by the cloud's lead, replacements after the replacement time, traces replayed as
 // written, and the same history for a seed whatever the policy.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <map>
 
@@ -146,7 +145,8 @@ TEST_CASE("An availability trace caps the machines held and refills them", "[sim
 
 TEST_CASE("A seed's fleet is the same every time", "[sim][fleet][unit]") {
   FleetConfig c;
-  const FleetTimeline a = generate_fleet(c, 11), b = generate_fleet(c, 11), d = generate_fleet(c, 12);
+  const FleetTimeline a = generate_fleet(c, 11), b = generate_fleet(c, 11),
+                      d = generate_fleet(c, 12);
   REQUIRE(a.events.size() == b.events.size());
   for (size_t i = 0; i < a.events.size(); ++i) {
     CHECK(a.events[i].time == b.events[i].time);

@@ -4,7 +4,6 @@
 // disruptions; then the headline scenario's bookkeeping (identities, the machine's own lost
 // steps, determinism, common random numbers, events per simulated month).
 #include <catch2/catch.hpp>
-
 #include <cmath>
 
 #include "sim/fleet_config.h"
@@ -77,9 +76,12 @@ std::string field(const TimedRecord& tr, const std::string& key) {
       return std::visit(
           [](const auto& v) -> std::string {
             using V = std::decay_t<decltype(v)>;
-            if constexpr (std::is_same_v<V, std::string>) return v;
-            else if constexpr (std::is_same_v<V, bool>) return v ? "true" : "false";
-            else return std::to_string(v);
+            if constexpr (std::is_same_v<V, std::string>)
+              return v;
+            else if constexpr (std::is_same_v<V, bool>)
+              return v ? "true" : "false";
+            else
+              return std::to_string(v);
           },
           f.value);
   return "";
@@ -158,8 +160,9 @@ TEST_CASE("Failures during a save and during a restart", "[sim][job][unit]") {
   }
   SECTION("during the load of a restart: the restart starts over") {
     // A crash at 1000; the relaunch loads from 1005.5 to 1009.5; a second crash at 1007.
-    const FleetTimeline f = fleet_of(1, {{1000, FleetEventKind::kFailure, 0, 0, 0, 0},
-                                         {1007, FleetEventKind::kFailure, 0, 0, 0, 0}},
+    const FleetTimeline f = fleet_of(1,
+                                     {{1000, FleetEventKind::kFailure, 0, 0, 0, 0},
+                                      {1007, FleetEventKind::kFailure, 0, 0, 0, 0}},
                                      causes);
     const RunResult r = simulate_run(c, every(300), f, 1, traced());
     CHECK(r.failures_hit == 2);
@@ -263,8 +266,7 @@ TEST_CASE("Elastic: the job shrinks onto the survivor and grows back at a checkp
   check_identity(r);
 }
 
-TEST_CASE("Replayed disruptions are applied at their anchors and measured",
-          "[sim][job][unit]") {
+TEST_CASE("Replayed disruptions are applied at their anchors and measured", "[sim][job][unit]") {
   FleetConfig c = small();
   c.duration = 4000;
   SimOptions o;
@@ -308,7 +310,8 @@ TEST_CASE("The headline scenario: books balance, the machine agrees, seeds repea
     if (p.emergency) CHECK(r.emergency_commits >= r.notices * 9 / 10);
   }
   // Seeds repeat exactly; policies meet the same fleet.
-  const RunResult a = simulate_run(c, c.policies[2], f, 3), b = simulate_run(c, c.policies[2], f, 3);
+  const RunResult a = simulate_run(c, c.policies[2], f, 3),
+                  b = simulate_run(c, c.policies[2], f, 3);
   CHECK(a.goodput.productive_gpu_seconds == b.goodput.productive_gpu_seconds);
   CHECK(a.machine_events == b.machine_events);
   const RunResult other = simulate_run(c, c.policies[0], f, 3);

@@ -18,9 +18,8 @@
 #include <signal.h>
 #include <sys/stat.h>
 
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -225,7 +224,8 @@ sim::FleetConfig calibrate(const std::vector<EventRecord>& ev, double duration, 
   for (const auto& [attempt, end] : end_of) {
     auto next = launch_of.find(attempt + 1);
     if (next == launch_of.end() || !backoff_of.contains(attempt)) continue;
-    scan.push_back(double(next->second->time_unix_ms - end->time_unix_ms) / 1000 - backoff_of[attempt]);
+    scan.push_back(double(next->second->time_unix_ms - end->time_unix_ms) / 1000 -
+                   backoff_of[attempt]);
   }
   sim::FleetConfig c;
   c.source = "reality";
@@ -236,7 +236,7 @@ sim::FleetConfig calibrate(const std::vector<EventRecord>& ev, double duration, 
   c.job.independent_ranks = true;  // the example trainer's ranks never wait for each other
   c.calibration.async_save = false;
   c.calibration.save_seconds = std::max(0.0, median(save) - seen_after);  // the loop's stall
-  c.calibration.load_seconds = 0;  // in launch-to-ready
+  c.calibration.load_seconds = 0;                                         // in launch-to-ready
   c.calibration.commit_seconds = 0;
   c.costs.launch = median(ready);
   c.costs.rendezvous = 0;
@@ -270,9 +270,9 @@ TEST_CASE("A scripted sequence of notices and kills: the simulator agrees with a
                             << "[restart]\nbackoff_initial = \"10ms\"\nbackoff_max = \"50ms\"\n"
                             << "no_progress_limit = 0\n[restart.crash]\nmax_restarts = 1000\n"
                             << "window = \"1h\"\n[stop]\ngrace = \"30s\"\nterm_grace = \"2s\"\n";
-  const auto argv = run_argv(d, 2, {"--rows", "64", "--log-every", "0", "--sleep-ms", "120",
-                                    "--checkpoint-every", std::to_string(kEvery), "--steps",
-                                    "10000000"});
+  const auto argv = run_argv(d, 2,
+                             {"--rows", "64", "--log-every", "0", "--sleep-ms", "120",
+                              "--checkpoint-every", std::to_string(kEvery), "--steps", "10000000"});
   const int64_t started = now_ms();
   const std::vector<Applied> applied = apply_script(d, argv);
   const auto events = events_of(d);
@@ -285,7 +285,8 @@ TEST_CASE("A scripted sequence of notices and kills: the simulator agrees with a
     int64_t lost = -1, ready = -1;
     for (const auto& e : events) {
       if (e.type == "attempt_end" && num(e, "attempt") == a.attempt) lost = num(e, "lost_steps");
-      if (e.type == "ranks_ready" && num(e, "attempt") > a.attempt && ready < 0) ready = e.time_unix_ms;
+      if (e.type == "ranks_ready" && num(e, "attempt") > a.attempt && ready < 0)
+        ready = e.time_unix_ms;
     }
     REQUIRE(lost >= 0);
     REQUIRE(ready > 0);
@@ -329,7 +330,8 @@ TEST_CASE("A scripted sequence of notices and kills: the simulator agrees with a
                 c.job.step_seconds, *c.calibration.save_seconds, c.costs.commit_readback,
                 c.costs.launch, c.costs.teardown, c.costs.rank_exit, c.costs.resume_scan,
                 c.costs.requeue);
-  WARN(calib << "\n" << table << "lost steps: real " << lost_real << ", simulated " << lost_sim
+  WARN(calib << "\n"
+             << table << "lost steps: real " << lost_real << ", simulated " << lost_sim
              << "; downtime: real " << down_real << " s, simulated " << down_sim << " s");
   CHECK(std::abs(lost_sim - lost_real) <= std::max(0.10 * lost_real, 2.0));
   CHECK(std::abs(down_sim - down_real) <= std::max(0.10 * down_real, 0.5));

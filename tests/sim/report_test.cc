@@ -1,12 +1,11 @@
 // The simulator's reports: statistics, the fitted optimum, the table, results.json and the
 // SVG plots, from a small real run.
-#include <catch2/catch.hpp>
+#include "sim/report.h"
 
 #include <boost/json.hpp>
-
+#include <catch2/catch.hpp>
 #include <cmath>
 
-#include "sim/report.h"
 #include "sim/runner.h"
 #include "sim/stats.h"
 
@@ -76,7 +75,8 @@ TEST_CASE("The table, results.json and the plots of a small simulation", "[sim][
   CHECK(rep.sweep->base == "auto+notice");
 
   const std::string table = render_table(c, rep);
-  CHECK_THAT(table, Catch::Contains("| auto+notice+elastic | auto (Young/Daly) | emergency checkpoint | 7 |"));
+  CHECK_THAT(table, Catch::Contains(
+                        "| auto+notice+elastic | auto (Young/Daly) | emergency checkpoint | 7 |"));
   CHECK_THAT(render_sweep(rep), Catch::Contains("Young/Daly point"));
 
   const auto json = boost::json::parse(render_json(c, rep));

@@ -1,7 +1,6 @@
 // `shardguard simulate` through the binary: the table, the files under --out, --check-config,
 // and a config error (exit 2, naming file, line and key).
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 
 #include "tests/support/command.h"
