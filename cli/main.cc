@@ -11,6 +11,7 @@
 #include "core/exit_codes.h"
 #include "cli/run_command.h"
 #include "cli/secret_command.h"
+#include "cli/simulate_command.h"
 #include "core/logging.h"
 
 int main(int argc, char** argv) {
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
   cli::add_agent_command(app, &exit_code);
   cli::add_coordinator_command(app, &exit_code);
   cli::add_secret_command(app, &exit_code);
+  cli::add_simulate_command(app, &exit_code);
 
   // Logging is set up before any subcommand callback runs.
   app.parse_complete_callback([&] {
