@@ -414,19 +414,6 @@ Result<LockAttempt> PosixFilesystem::try_lock_file(const std::string& path) {
   return Error::from_errno("flock " + q(path), err);
 }
 
-std::string parent_dir(const std::string& path) {
-  auto slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  if (slash == 0) return "/";
-  return path.substr(0, slash);
-}
-
-std::string join_path(const std::string& a, const std::string& b) {
-  if (a.empty()) return b;
-  if (a.back() == '/') return a + b;
-  return a + "/" + b;
-}
-
 Result<uint64_t> tree_bytes(Filesystem& fs, const std::string& path) {
   SG_ASSIGN_OR_RETURN(PathKind kind, fs.path_kind(path));
   if (kind == PathKind::kFile) {
