@@ -120,7 +120,8 @@ class FollowerNode {
   FollowerNode(ProductionDeps& production, const supervisor::JobConfig& cfg,
                std::shared_ptr<const net::Secret> secret, const MultiNodeArgs& args)
       : production_(production), deps_(production.deps()), cfg_(cfg), secret_(std::move(secret)),
-        args_(args), launcher_(deps_.loop, deps_.launcher) {}
+        args_(args),
+        launcher_(deps_.loop, deps_.launcher, supervisor::process_record_path(cfg.run_dir)) {}
 
   int run() {
     if (auto st = deps_.fs.create_dirs(cfg_.run_dir); !st.ok()) return fail(st.error().message(), kExitFailure);

@@ -75,11 +75,16 @@ struct ControlServer::Impl {
     if (auto it = conn_of.find(h.rank); it != conn_of.end())
       return refuse(id, "rank " + std::to_string(h.rank) + " is already connected");
     if (opt.admit) {
-      if (auto st = opt.admit(h, std::nullopt); !st.ok())
+      std::optional<pid_t> peer_pid;
+      if (auto peer = server->peer(id)) peer_pid = peer->pid;
+      if (auto st = opt.admit(h, peer_pid); !st.ok())
         return refuse(id, "hello refused: " + st.error().message());
     }
     RankStatus& r = ranks[h.rank];
-    r = RankStatus{h.rank, h.pid, h.attempt, 0, SteadyTime{}, true, std::nullopt};
+    // The pid as this host sees it (a rank in its own PID namespace calls itself 2).
+    int64_t pid = h.pid;
+    if (auto peer = server->peer(id); peer && peer->pid > 0) pid = peer->pid;
+    r = RankStatus{h.rank, pid, h.attempt, 0, SteadyTime{}, true, std::nullopt};
     rank_of[id] = h.rank;
     conn_of[h.rank] = id;
     send(id, schedule);
@@ -105,6 +110,7 @@ ControlServer::ControlServer(io::EventLoop& loop, Clock& clock, ControlServerOpt
   o.path = impl_->opt.socket_path;
   o.allowed_uid = impl_->opt.allowed_uid;
   o.max_line_bytes = kMaxLineBytes;
+  o.max_connections = impl_->opt.max_connections;
   Impl* p = impl_.get();
   o.on_line = [p](io::ConnectionId id, std::string line) { p->on_line(id, line); };
   o.on_disconnect = [p](io::ConnectionId id) { p->on_disconnect(id); };

@@ -60,6 +60,8 @@ struct ControlServerOptions {
   std::optional<uid_t> allowed_uid;  // nullopt: this process's uid
   ControlEvents events;
   AdmitPolicy admit;  // empty: every hello is admitted
+  // Connections open at once (the supervisor passes 2 x ranks + 8); more are refused.
+  size_t max_connections = 1024;
 };
 
 class ControlServer {

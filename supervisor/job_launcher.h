@@ -45,6 +45,9 @@ class JobLauncher {
   virtual std::optional<pid_t> pid_of(uint32_t rank) const = 0;
   // The process group of the rank (its tree), for hang reports.
   virtual std::optional<pid_t> group_of(uint32_t rank) const = 0;
+  // Whether `pid` is the rank's process or one of its descendants (a control-socket peer
+  // speaking for the rank must be).
+  virtual bool owns(uint32_t rank, pid_t pid) const = 0;
 };
 
 }  // namespace shardguard::supervisor

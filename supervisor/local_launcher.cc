@@ -5,12 +5,15 @@
 
 #include "io/event_loop.h"
 #include "io/process.h"
+#include "io/process_record.h"
+#include "io/process_tree.h"
 
 namespace shardguard::supervisor {
 
 struct LocalLauncher::Impl {
   io::EventLoop& loop;
   io::ProcessLauncher& processes;
+  std::string record;
   struct Rank {
     std::unique_ptr<io::ChildProcess> child;
     pid_t pid = 0;
@@ -23,7 +26,8 @@ struct LocalLauncher::Impl {
   // Bumped on every launch and destroy, so a callback of an older generation does nothing.
   uint64_t generation = 0;
 
-  Impl(io::EventLoop& l, io::ProcessLauncher& p) : loop(l), processes(p) {}
+  Impl(io::EventLoop& l, io::ProcessLauncher& p, std::string r)
+      : loop(l), processes(p), record(std::move(r)) {}
 
   void kill_started() {
     for (auto& [r, rk] : ranks)
@@ -31,8 +35,9 @@ struct LocalLauncher::Impl {
   }
 };
 
-LocalLauncher::LocalLauncher(io::EventLoop& loop, io::ProcessLauncher& processes)
-    : impl_(std::make_unique<Impl>(loop, processes)) {}
+LocalLauncher::LocalLauncher(io::EventLoop& loop, io::ProcessLauncher& processes,
+                             std::string process_record)
+    : impl_(std::make_unique<Impl>(loop, processes, std::move(process_record))) {}
 
 LocalLauncher::~LocalLauncher() { impl_->kill_started(); }
 
@@ -44,11 +49,15 @@ Status LocalLauncher::launch(Epoch epoch, std::vector<RankLaunch> ranks, ExitCal
   const uint64_t generation = ++m.generation;
   for (auto& r : ranks) {
     r.spec.die_with_parent = true;
+    r.spec.isolate = io::Isolation::kAuto;
     auto child = m.processes.launch(r.spec);
     if (!child.ok()) {
       m.kill_started();
       return std::move(child).error().context("rank " + std::to_string(r.rank));
     }
+    if (!m.record.empty())
+      if (auto st = io::record_launched(m.record, **child); !st.ok())
+        spdlog::warn("process record: {}", st.error().message());
     Impl::Rank rk;
     rk.pid = (*child)->pid();
     rk.pgid = (*child)->pgid();
@@ -98,6 +107,15 @@ std::optional<pid_t> LocalLauncher::pid_of(uint32_t rank) const {
   auto it = impl_->ranks.find(rank);
   if (it == impl_->ranks.end() || it->second.exited) return std::nullopt;
   return it->second.pid;
+}
+
+bool LocalLauncher::owns(uint32_t rank, pid_t pid) const {
+  auto it = impl_->ranks.find(rank);
+  if (it == impl_->ranks.end() || it->second.exited) return false;
+  const Impl::Rank& rk = it->second;
+  if (pid == rk.pid) return true;
+  if (auto tree = rk.child->tree()) return tree->contains(pid);
+  return io::is_descendant_of(pid, rk.pid);
 }
 
 std::optional<pid_t> LocalLauncher::group_of(uint32_t rank) const {

@@ -11,6 +11,8 @@
 #include "checkpoint/paths.h"
 #include "hooks/control_server.h"
 #include "io/event_loop.h"
+#include "io/process_isolation.h"
+#include "io/process_record.h"
 #include "supervisor/hang_report.h"
 #include "supervisor/rank_env.h"
 
@@ -45,7 +47,7 @@ struct NodeRunner::Impl {
   Report report;
   RecordFn record;
   std::unique_ptr<hooks::ControlServer> control;
-  std::unique_ptr<Timer> term_timer;
+  std::unique_ptr<Timer> term_timer, reap_timer;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
   // The current epoch on this node.
@@ -69,7 +71,7 @@ struct NodeRunner::Impl {
 
   // ---- control socket ------------------------------------------------------------------
 
-  Status admit(const hooks::Hello& h) const {
+  Status admit(const hooks::Hello& h, std::optional<pid_t> peer_pid) const {
     if (!active || tearing_down) return Error(ErrorCode::kInvalid, "no attempt is running");
     if (h.job_id != opt.config.job_id)
       return Error(ErrorCode::kInvalid, "job '" + h.job_id + "' is not this job ('" +
@@ -81,13 +83,21 @@ struct NodeRunner::Impl {
       return Error(ErrorCode::kInvalid, "rank " + std::to_string(h.rank) + " of " +
                                             std::to_string(h.world_size) +
                                             " is not a rank of this node in this attempt");
+    // Bound to a process this node launched: a neighbour of the same uid cannot speak for a
+    // rank (and so cannot take its checkpoint requests, or fake its steps and commits).
+    if (peer_pid && !launcher.owns(h.rank, *peer_pid))
+      return Error(ErrorCode::kInvalid, "process " + std::to_string(*peer_pid) +
+                                            " is not rank " + std::to_string(h.rank) +
+                                            "'s process or one of its descendants");
     return {};
   }
 
   hooks::ControlServerOptions control_options() {
     hooks::ControlServerOptions o;
     o.socket_path = opt.control_socket;
-    o.admit = [this](const hooks::Hello& h, std::optional<pid_t>) { return admit(h); };
+    o.admit = [this](const hooks::Hello& h, std::optional<pid_t> pid) { return admit(h, pid); };
+    // Every rank's connection, a reconnection each, and a few for tools.
+    o.max_connections = 2 * size_t{opt.config.nproc} + 8;
     auto& e = o.events;
     e.on_hello = [this](const hooks::RankStatus& r) {
       hello.insert(r.rank);
@@ -116,6 +126,13 @@ struct NodeRunner::Impl {
       spdlog::warn("control socket: {}", problem);
     };
     return o;
+  }
+
+  void arm_reaper() {
+    reap_timer->arm(1s, [this] {
+      io::reap_orphans();
+      arm_reaper();
+    });
   }
 
   hooks::CheckpointNow wire(const command::CheckpointNow& c) const {
@@ -311,7 +328,20 @@ NodeRunner::~NodeRunner() {
   impl_->alive.reset();
 }
 
-Status NodeRunner::start() { return impl_->control->start(); }
+Status NodeRunner::start() {
+  Impl& m = *impl_;
+  spdlog::info("process isolation: {}", io::probe_isolation().describe());
+  // Leftovers of a run that was killed outright (no PID namespace took them along).
+  const std::string record = process_record_path(m.opt.run_dir);
+  if (auto swept = io::sweep_recorded(record); swept.ok() && swept->killed > 0)
+    spdlog::warn("killed {} leftover process(es) of an earlier run", swept->killed);
+  // Orphans that a rank's descendants left behind come back to this subreaper: reap them.
+  m.reap_timer = m.d.timers.make_timer();
+  m.arm_reaper();
+  return m.control->start();
+}
+
+std::string process_record_path(const std::string& run_dir) { return join_path(run_dir, "processes"); }
 
 void NodeRunner::apply(const Command& c) {
   Impl& m = *impl_;
@@ -337,6 +367,7 @@ std::optional<Epoch> NodeRunner::running_epoch() const {
 void NodeRunner::stop() {
   Impl& m = *impl_;
   m.term_timer->cancel();
+  if (m.reap_timer) m.reap_timer->cancel();
   m.control->stop();
 }
 

@@ -66,5 +66,7 @@ class NodeRunner {
 
 // The directory of one attempt's logs: <run_dir>/attempt-NNN.
 std::string attempt_dir(const std::string& run_dir, Epoch epoch);
+// Where the launched processes of a run dir are recorded (swept at the next start).
+std::string process_record_path(const std::string& run_dir);
 
 }  // namespace shardguard::supervisor

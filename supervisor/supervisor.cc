@@ -364,7 +364,8 @@ Status Supervisor::start() {
     m.node->set_report([p](Event e) { p->feed(std::move(e)); });
     m.node->set_job_id(m.cfg.job_id);
   } else if (m.opt.local_node) {
-    m.launcher = std::make_unique<LocalLauncher>(m.d.loop, m.d.launcher);
+    m.launcher = std::make_unique<LocalLauncher>(m.d.loop, m.d.launcher,
+                                                 process_record_path(m.cfg.run_dir));
     NodeRunnerOptions o;
     o.node = m.opt.local_node_id;
     o.config = m.cfg;

@@ -142,14 +142,13 @@ TEST_CASE(
   CHECK(final_hash(d.ckpt()) == reference_hash(reference));
 }
 
-// Known gap, reported to the lead: as PID 1 (or subreaper) shardguard reaps the process
-// groups it launched, at teardown, but not a process that left them (setsid) and was
-// orphaned while the job runs: it stays a zombie until the pod ends. [!shouldfail] keeps
-// this visible; when shardguard reaps such orphans, this case fails: drop the tag.
+// As PID 1 (or subreaper) shardguard reaps, every second, the orphans that a rank's
+// descendants leave behind (a process that left the ranks' process groups by setsid), not
+// only the trees it tears down: no zombie accumulates while the job runs.
 TEST_CASE(
     "PID 1 of the pod: an orphan that left the ranks' process groups is reaped while "
     "the job runs",
-    "[kubernetes][pid1][integration][!shouldfail]") {
+    "[kubernetes][pid1][integration]") {
   skip_without_pid_namespace();
   RunDirs d;
   write_pod_config(d);
