@@ -100,16 +100,20 @@ class Meeting:
     def _key(self, rank):
         return self.base + "rank-%d" % rank
 
+    def _posted(self, rank):
+        # add(key, 0) reads a counter without blocking (torch 1.13's Store has no check()).
+        return self.store.add(self._key(rank) + "/posted", 0) > 0
+
     def _all_here(self):
         # Rank 0 counts arrivals (one request per poll whatever the world size); the others
         # wait for rank 0's post only.
         if self.rank == 0:
             return self.store.add(self.base + "arrived", 0) >= self.world
-        return self.store.check([self._key(0)])
+        return self._posted(0)
 
     def _missing(self):
         waited = range(1, self.world) if self.rank == 0 else [0]
-        return [r for r in waited if not self.store.check([self._key(r)])]
+        return [r for r in waited if not self._posted(r)]
 
     def run(self, arrival_timeout, deadline_mono=None):
         """Posts this rank's signature and waits for the others (rank 0) or for rank 0's;
@@ -118,6 +122,7 @@ class Meeting:
         if self.rank == 0:  # before its own post, so that a rank seeing the post finds it
             self.store.set(self.base + "signature", json.dumps(self.sig))
         self.store.set(self._key(self.rank), digest)
+        self.store.add(self._key(self.rank) + "/posted", 1)
         self.store.add(self.base + "arrived", 1)
         start = time.monotonic()
         limit = None if arrival_timeout is None else start + arrival_timeout
