@@ -141,18 +141,27 @@ class Meeting:
 
     def _compare(self, digest):
         if self.rank != 0:
-            if self.store.get(self._key(0)).decode() != digest:
-                theirs = json.loads(self.store.get(self.base + "signature").decode())
+            theirs = self.store.get(self._key(0)).decode()
+            sig0 = None
+            if theirs != digest:
+                sig0 = json.loads(self.store.get(self.base + "signature").decode())
+            self.store.add(self.base + "read", 1)  # rank 0 may go away now (it hosts the store)
+            if sig0 is not None:
                 raise SaveRefused(
                     "shardguard rank %d: save(step=%d) does not match rank 0's: %s. Every rank "
                     "must save the same structure (the same keys, dtypes and shapes; sharded "
                     "tensors as Chunks of the same global shape); put what differs per rank in "
                     "save(..., rank_state=...)" % (self.rank, self.step,
-                                                    first_difference(self.sig, theirs)))
+                                                    first_difference(self.sig, sig0)))
             return
         differ = [r for r in range(1, self.world)
                   if self.store.get(self._key(r)).decode() != digest]
         if differ:
+            # The others read rank 0's signature before it raises (and its store may close).
+            deadline = time.monotonic() + 10
+            while self.store.add(self.base + "read", 0) < self.world - 1 and \
+                    time.monotonic() < deadline:
+                time.sleep(_POLL_S)
             raise SaveRefused(
                 "shardguard rank 0: save(step=%d): ranks %s save another structure than rank 0 "
                 "(their own logs name the difference); every rank must save the same keys, "

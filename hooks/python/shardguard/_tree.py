@@ -130,7 +130,7 @@ class _Flattener:
             return self.sequence(path, v)
         if isinstance(v, _DROPPED):
             return {"$dropped": "callable"}
-        raise TypeError("shardguard: %s is a %s, which cannot be saved; a state holds %s"
+        raise TypeError("shardguard: %s is a %s, which cannot be saved; save() supports %s"
                         % (self.where(path), type(v).__module__ + "." + type(v).__qualname__,
                            SUPPORTED))
 
