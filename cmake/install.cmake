@@ -28,7 +28,8 @@ endforeach()
 install(FILES ${CMAKE_SOURCE_DIR}/hooks/python/pyproject.toml DESTINATION ${SG_PYTHON_SOURCE})
 
 install(FILES ${CMAKE_SOURCE_DIR}/packaging/agent.toml DESTINATION ${SG_EXAMPLES_DIR})
-install(FILES ${CMAKE_SOURCE_DIR}/examples/python/torch_trainer.py
+install(FILES ${CMAKE_SOURCE_DIR}/examples/python/ddp_trainer.py
+              ${CMAKE_SOURCE_DIR}/examples/python/torch_trainer.py
               ${CMAKE_SOURCE_DIR}/examples/python/numpy_trainer.py
               ${CMAKE_SOURCE_DIR}/examples/python/README.md
         DESTINATION ${SG_EXAMPLES_DIR}/python)

@@ -2,8 +2,9 @@
 pip-installed offline into a fresh venv (--system-site-packages, --no-build-isolation), then
 the demo run from the install alone: in a mount namespace where the source and build trees
 are hidden under empty tmpfs mounts, with the environment scrubbed (env -i), the installed
-`shardguard run` trains the installed PyTorch example on 2 ranks with the venv's python, is
-drained (exit 75), resumes and finishes, and the checkpoints verify and export. Also: the
+`shardguard run` trains the installed DDP example (ddp_trainer.py) on 2 ranks with the
+venv's python, is drained (exit 75), resumes and finishes, and the checkpoints verify and
+export the model for from_pretrained. Also: the
 C header and library through the installed pkg-config file, `systemd-analyze verify` on the
 agent's unit, and the Debian package from CPack (contents, dependencies, the paths written
 for /usr). Skips (77) without torch; needs cmake and, for the demo, unshare (root)."""
@@ -28,7 +29,7 @@ import json, os, subprocess, sys, time
 prefix, venv, work, port = sys.argv[1:5]
 sg = os.path.join(prefix, "bin", "shardguard")
 py = os.path.join(venv, "bin", "python")
-trainer = os.path.join(prefix, "share", "shardguard", "examples", "python", "torch_trainer.py")
+trainer = os.path.join(prefix, "share", "shardguard", "examples", "python", "ddp_trainer.py")
 for hidden in sys.argv[5:]:
     if os.path.exists(hidden) and os.listdir(hidden):
         sys.exit("demo: %s is still reachable" % hidden)
@@ -38,7 +39,7 @@ with open(os.path.join(work, "job.toml"), "w") as f:
             '[checkpoint]\ninterval = "steps"\nevery_steps = 50\n'
             '[restart]\nbackoff_initial = "100ms"\n' % (work, work, port))
 argv = [sg, "run", "--config", os.path.join(work, "job.toml"), "--nproc", "2", "--", py,
-        trainer, "--steps", "400", "--sleep-ms", "8", "--log-every", "100"]
+        trainer, "--steps", "400", "--sleep-ms", "8"]
 def committed():
     try:
         with open(os.path.join(work, "run", "events.jsonl")) as f:
@@ -56,7 +57,8 @@ second = subprocess.run(argv, timeout=300).returncode
 verify = subprocess.run([sg, "ckpt", "verify", os.path.join(work, "ckpt"), "--full"],
                         capture_output=True, text=True)
 export = subprocess.run([sg, "ckpt", "export", os.path.join(work, "ckpt"), "--out",
-                         os.path.join(work, "hf"), "--include", "weight", "--dtype", "bf16"],
+                         os.path.join(work, "hf"), "--include", "model.*", "--rename-prefix",
+                         "model.=", "--dtype", "bf16"],
                         capture_output=True, text=True)
 probe = subprocess.run([py, "-c", "import shardguard, shardguard._lib as l; "
                         "print(shardguard.__file__); print(l.lib._name)"],

@@ -212,6 +212,30 @@ class StateTest(sgrun.TempDirCase):
         self.assertIn("shardguard.DataPosition(loader)", str(e.exception))
 
 
+class WaitingLogTest(sgrun.TempDirCase):
+    """What a long save() logs every few seconds, from the step directory's contents."""
+
+    def test_each_rank_says_what_it_waits_for(self):
+        from shardguard import _progress
+        step = _progress.step_dir(self.dir, 7)
+        os.makedirs(step)
+        cases = [([], 0, "this rank is still writing its part"),
+                 (["rank-00000.json", "rank-00002.json"], 0, "missing rank(s) 1"),
+                 (["rank-00000.json", "rank-00001.json", "rank-00002.json"], 1,
+                  "rank 0 has not written the manifest yet")]
+        for files, rank, words in cases:
+            for f in files:
+                open(os.path.join(step, f), "w").close()
+            with self.assertLogs("shardguard", "WARNING") as logs:
+                with _progress.Watch(self.dir, 7, rank, 3, every=0.05) as w:
+                    sgrun.wait_until("a log line", lambda: w.logged, 10, every=0.01)
+            self.assertIn("shardguard rank %d: the save of step 7 is still running" % rank,
+                          logs.output[0])
+            self.assertIn(words, logs.output[0])
+        open(os.path.join(step, "manifest.json"), "w").close()
+        self.assertEqual(_progress.describe_wait(step, 1, 3), "committed")
+
+
 class ResumeFailureTest(sgrun.TempDirCase):
     """A block of the resume checkpoint flipped: the rank reports it and exits 74."""
 
