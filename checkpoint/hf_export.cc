@@ -24,8 +24,9 @@ struct Group {
 };
 
 bool matches_any(const std::vector<std::string>& globs, const std::string& name) {
-  return std::any_of(globs.begin(), globs.end(),
-                     [&](const std::string& g) { return ::fnmatch(g.c_str(), name.c_str(), 0) == 0; });
+  return std::any_of(globs.begin(), globs.end(), [&](const std::string& g) {
+    return ::fnmatch(g.c_str(), name.c_str(), 0) == 0;
+  });
 }
 
 std::string joined(const std::vector<std::string>& v) {
@@ -60,7 +61,7 @@ float float_of_half(uint16_t h) {
     bits = sign | ((exp + 112) << 23) | (mant << 13);
   } else if (mant == 0) {
     bits = sign;  // +-0
-  } else {  // subnormal half: normalise
+  } else {        // subnormal half: normalise
     int shift = 0;
     while ((mant & 0x400) == 0) {
       mant <<= 1;
@@ -187,13 +188,13 @@ Status cast_to_bf16(DType from, std::span<const std::byte> in, std::span<std::by
 Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReader& reader,
                                            const ExportOptions& options) {
   if (options.prefix.empty() || options.prefix.find('/') != std::string::npos)
-    return Error(ErrorCode::kInvalid, "export prefix '" + options.prefix +
-                                          "' must be a plain file name part");
+    return Error(ErrorCode::kInvalid,
+                 "export prefix '" + options.prefix + "' must be a plain file name part");
   if (options.max_shard_size == 0)
     return Error(ErrorCode::kInvalid, "max shard size must be positive");
   if (options.cast_to && *options.cast_to != DType::kBF16)
-    return Error(ErrorCode::kInvalid, "export can cast to BF16 only, not " +
-                                          std::string(dtype_name(*options.cast_to)));
+    return Error(ErrorCode::kInvalid,
+                 "export can cast to BF16 only, not " + std::string(dtype_name(*options.cast_to)));
   SG_ASSIGN_OR_RETURN(auto selected, plan_export(reader.tensor_names(), options));
   std::vector<Group> groups;
   uint64_t total = 0;
@@ -202,8 +203,8 @@ Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReade
     SG_ASSIGN_OR_RETURN(uint64_t bytes,
                         checked_byte_size(t->shape, exported_dtype(t->dtype, options)));
     total += bytes;
-    if (groups.empty() || (groups.back().bytes + bytes > options.max_shard_size &&
-                           !groups.back().names.empty()))
+    if (groups.empty() ||
+        (groups.back().bytes + bytes > options.max_shard_size && !groups.back().names.empty()))
       groups.emplace_back();
     groups.back().names.push_back(n);
     groups.back().bytes += bytes;
@@ -231,8 +232,7 @@ Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReade
                boost::json::serialize(kv.value()) + (++k < weight_map.size() ? ",\n" : "\n");
     }
     index += "  }\n}\n";
-    const std::string path =
-        join_path(options.out_dir, options.prefix + ".safetensors.index.json");
+    const std::string path = join_path(options.out_dir, options.prefix + ".safetensors.index.json");
     SG_RETURN_IF_ERROR(atomic_write_file(fs, path, index));
     written.push_back(path);
   }

@@ -31,8 +31,8 @@ struct ExportOptions {
   std::string out_dir;
   std::string prefix = "model";
   uint64_t max_shard_size = 5'000'000'000;  // decimal 5 GB, as transformers
-  std::vector<std::string> include{};  // globs; empty: every tensor
-  std::vector<std::string> exclude{};  // globs, applied after include
+  std::vector<std::string> include{};       // globs; empty: every tensor
+  std::vector<std::string> exclude{};       // globs, applied after include
   // (from, to): a name starting with `from` gets `to` instead; the first matching rule wins.
   std::vector<std::pair<std::string, std::string>> rename_prefixes{};
   // F16, F32 and F64 tensors are stored as this dtype (only BF16 is supported); others keep

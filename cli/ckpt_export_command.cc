@@ -40,16 +40,16 @@ Result<CheckpointReader> open_step(Filesystem& fs, const std::string& dir,
     const std::string step_dir = join_path(dir, step_dir_name(*step));
     SG_ASSIGN_OR_RETURN(bool exists, fs.exists(step_dir));
     if (!exists)
-      return Error(ErrorCode::kNotFound, "no checkpoint for step " + std::to_string(*step) +
-                                             " in '" + dir + "'");
+      return Error(ErrorCode::kNotFound,
+                   "no checkpoint for step " + std::to_string(*step) + " in '" + dir + "'");
     entry = inspect_checkpoint(fs, step_dir, *step, Verify::kSize);
   } else {
     SG_ASSIGN_OR_RETURN(entry, latest_complete(fs, dir, Verify::kSize));
   }
   if (entry.state != CheckpointState::kComplete)
     return Error(ErrorCode::kCorrupt, "step " + std::to_string(entry.step) + " is " +
-                                          std::string(checkpoint_state_name(entry.state)) +
-                                          ": " + entry.reason);
+                                          std::string(checkpoint_state_name(entry.state)) + ": " +
+                                          entry.reason);
   return CheckpointReader::open(fs, entry.dir);
 }
 

@@ -26,7 +26,8 @@ Result<LogTail> rank_log_tail(Filesystem& fs, const std::string& path,
   SG_ASSIGN_OR_RETURN(auto file, fs.open_for_read(path));
   LogTail tail;
   tail.file_size = file->size();
-  const uint64_t start = tail.file_size > options.max_bytes ? tail.file_size - options.max_bytes : 0;
+  const uint64_t start =
+      tail.file_size > options.max_bytes ? tail.file_size - options.max_bytes : 0;
   std::string window(static_cast<size_t>(tail.file_size - start), '\0');
   auto bytes = std::as_writable_bytes(std::span<char>(window));
   SG_ASSIGN_OR_RETURN(size_t got, file->read_at(start, bytes));
@@ -65,8 +66,8 @@ std::string rank_log_path(const std::string& run_dir, uint64_t attempt, uint32_t
 
 std::string format_rank_log_tail(uint32_t rank, const std::string& why, const std::string& path,
                                  const LogTail& tail) {
-  std::string out = "rank " + std::to_string(rank) + " (" + why +
-                    ") failed before its first heartbeat; ";
+  std::string out =
+      "rank " + std::to_string(rank) + " (" + why + ") failed before its first heartbeat; ";
   if (tail.lines.empty()) return out + path + " is empty";
   out += (tail.earlier_lines ? "the last " + std::to_string(tail.lines.size()) + " lines of "
                              : "its log ") +

@@ -15,9 +15,13 @@ using namespace shardguard::checkpoint;
 
 namespace {
 
-const std::vector<std::string> kNames = {
-    "model.fc1.bias", "model.fc1.weight", "model.fc2.weight", "optim.state.0.exp_avg",
-    "optim.state.0.step", "sched.base_lrs.0", "step"};
+const std::vector<std::string> kNames = {"model.fc1.bias",
+                                         "model.fc1.weight",
+                                         "model.fc2.weight",
+                                         "optim.state.0.exp_avg",
+                                         "optim.state.0.step",
+                                         "sched.base_lrs.0",
+                                         "step"};
 
 std::vector<std::string> targets(const ExportOptions& o) {
   auto plan = plan_export(kNames, o);
@@ -62,8 +66,8 @@ TEST_CASE("Export selection errors name what went wrong", "[unit]") {
   o.include = {"decoder.*"};
   auto none = plan_export(kNames, o);
   REQUIRE_FALSE(none.ok());
-  CHECK_THAT(none.error().message(), Catch::Contains("no tensor is selected") &&
-                                         Catch::Contains("'decoder.*'"));
+  CHECK_THAT(none.error().message(),
+             Catch::Contains("no tensor is selected") && Catch::Contains("'decoder.*'"));
   o = {};
   o.include = {"model.fc*"};
   o.rename_prefixes = {{"model.fc1.", "x."}, {"model.fc2.", "x."}};
@@ -87,16 +91,16 @@ TEST_CASE("BF16 rounds to nearest even as torch does", "[unit]") {
     uint32_t f32;
     uint16_t want;
   };
-  auto c = GENERATE(Case{0x3F800000, 0x3F80},   // 1.0
-                    Case{0x3F808000, 0x3F80},   // halfway, even below: down
-                    Case{0x3F818000, 0x3F82},   // halfway, odd below: up
-                    Case{0x3F808001, 0x3F81},   // above halfway: up
-                    Case{0x3F807FFF, 0x3F80},   // below halfway: down
-                    Case{0x7F7FFFFF, 0x7F80},   // the largest float rounds to inf
-                    Case{0xFF800000, 0xFF80},   // -inf
-                    Case{0x80000000, 0x8000},   // -0
-                    Case{0x00000001, 0x0000},   // the smallest subnormal rounds to 0
-                    Case{0xFFC12345, 0x7FC0},   // any NaN: the canonical one
+  auto c = GENERATE(Case{0x3F800000, 0x3F80},  // 1.0
+                    Case{0x3F808000, 0x3F80},  // halfway, even below: down
+                    Case{0x3F818000, 0x3F82},  // halfway, odd below: up
+                    Case{0x3F808001, 0x3F81},  // above halfway: up
+                    Case{0x3F807FFF, 0x3F80},  // below halfway: down
+                    Case{0x7F7FFFFF, 0x7F80},  // the largest float rounds to inf
+                    Case{0xFF800000, 0xFF80},  // -inf
+                    Case{0x80000000, 0x8000},  // -0
+                    Case{0x00000001, 0x0000},  // the smallest subnormal rounds to 0
+                    Case{0xFFC12345, 0x7FC0},  // any NaN: the canonical one
                     Case{0x7F800001, 0x7FC0});
   CHECK(bf16(std::bit_cast<float>(c.f32)) == c.want);
 }
