@@ -11,11 +11,11 @@
 #include <optional>
 
 #include "checkpoint/catalog.h"
-#include "checkpoint/hf_export.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/quarantine.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
+#include "cli/ckpt_export_command.h"
 #include "cli/ckpt_quarantine_command.h"
 #include "core/exit_codes.h"
 #include "core/clock.h"
@@ -258,19 +258,6 @@ int run_gc(const std::string& dir, uint32_t keep_last, uint64_t keep_every, bool
   return kExitOk;
 }
 
-int run_export(const std::string& dir, std::optional<uint64_t> step, const std::string& out,
-               const std::string& prefix, const std::string& max_size) {
-  auto& fs = PosixFilesystem::instance();
-  auto limit = parse_size(max_size);
-  if (!limit.ok()) return fail(limit.error().context("--max-shard-size"), kExitUsage);
-  auto reader = open_complete(fs, dir, step);
-  if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
-  auto written = export_hf(fs, *reader, {out, prefix, *limit});
-  if (!written.ok()) return fail(written.error());
-  for (const auto& p : *written) std::printf("%s\n", p.c_str());
-  return kExitOk;
-}
-
 }  // namespace
 
 void add_ckpt_commands(CLI::App& app, int* exit_code) {
@@ -285,7 +272,6 @@ void add_ckpt_commands(CLI::App& app, int* exit_code) {
     uint64_t keep_every = 0;
     std::vector<uint64_t> protect;
     std::string quarantine_keep = "7d";
-    std::string out, prefix = "model", max_size = "5GB";
   };
   auto args = std::make_shared<Args>();
 
@@ -328,16 +314,7 @@ void add_ckpt_commands(CLI::App& app, int* exit_code) {
 
   add_ckpt_quarantine_commands(*ckpt, exit_code);
 
-  auto* exp = ckpt->add_subcommand("export", "Write a consolidated Hugging Face safetensors layout");
-  exp->add_option("DIR", args->dir, "checkpoint directory")->required();
-  exp->add_option("--step", args->step, "step (default: newest complete)");
-  exp->add_option("--out", args->out, "output directory")->required();
-  exp->add_option("--prefix", args->prefix, "file name prefix")->capture_default_str();
-  exp->add_option("--max-shard-size", args->max_size, "largest file, e.g. 5GB, 2GiB")
-      ->capture_default_str();
-  exp->callback([=] {
-    *exit_code = run_export(args->dir, args->step, args->out, args->prefix, args->max_size);
-  });
+  add_ckpt_export_command(*ckpt, exit_code);
 }
 
 }  // namespace shardguard::cli

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -44,6 +45,10 @@ sg_status from_status(const Status& status) { return status.ok() ? SG_OK : fail(
 const char* last_error() { return t_last_error.c_str(); }
 
 }  // namespace shardguard::hooks::capi
+
+// The header's exit codes are core/exit_codes.h's.
+static_assert(SG_EXIT_AFTER_EMERGENCY == shardguard::kJobExitAfterEmergency);
+static_assert(SG_EXIT_RESUME_FAILED == shardguard::kJobExitResumeFailed);
 
 namespace {
 
@@ -172,6 +177,43 @@ sg_status sg_client_notify_signal(sg_client* c) {
     return SG_ERR_UNSUPPORTED;
   a.sa_handler(c->client->options().checkpoint_signal);
   return SG_OK;
+}
+
+const char* sg_client_resume_manifest(const sg_client* c) {
+  return boundary_value<const char*>("", [&]() -> const char* {
+    if (!options_of(c)) return "";
+    std::lock_guard lock(c->resume_mu);
+    if (!c->resume_manifest) c->resume_manifest = c->client->resume_manifest().value_or("");
+    return c->resume_manifest->c_str();
+  });
+}
+
+uint64_t sg_client_commit_timeout_ms(const sg_client* c) {
+  if (!options_of(c)) return 0;
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_of(c)->commit_timeout).count());
+}
+
+sg_status sg_client_report_resume_failure(sg_client* c, const sg_reader* reader,
+                                          const char* message) {
+  return boundary("sg_client_report_resume_failure", [&]() -> sg_status {
+    if (!options_of(c)) return fail(ErrorCode::kInvalid, "sg_client_report_resume_failure: no client");
+    std::optional<checkpoint::ChecksumFailure> where;
+    if (reader != nullptr) where = reader->reader.checksum_failure();
+    std::string text = message != nullptr ? message : "";
+    if (text.empty() && where)
+      text = where->offset ? checkpoint::block_failure_message(where->file, *where->offset,
+                                                               where->block_bytes)
+                           : where->file + ": fails its checksum";
+    if (text.empty()) text = "the resume checkpoint could not be read";
+    const Error error(ErrorCode::kCorrupt, text);
+    if (where) {
+      c->client->report_resume_failure(error, *where);
+    } else {
+      c->client->report_resume_failure(error);
+    }
+    return SG_OK;
+  });
 }
 
 sg_status sg_client_restore_signal(sg_client* c) {

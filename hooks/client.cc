@@ -274,6 +274,15 @@ void Client::report_resume_failure(const Error& error) {
   impl_->send(msg);
 }
 
+void Client::report_resume_failure(const Error& error, const checkpoint::ChecksumFailure& where) {
+  ResumeFailed msg;
+  msg.manifest = where.manifest.empty() ? resume_manifest().value_or("") : where.manifest;
+  msg.file = where.file;
+  msg.offset = where.offset.value_or(0);
+  msg.error = error.message();
+  impl_->send(msg);
+}
+
 void Client::heartbeat(uint64_t step) {
   const auto now = impl_->clock.now();
   {

@@ -102,6 +102,9 @@ class Client {
   // shardguard::kJobExitResumeFailed afterwards: the supervisor sets the checkpoint aside
   // and relaunches from the previous one.
   void report_resume_failure(const Error& error);
+  // The same, with the file and offset of the block that failed (the reader's
+  // checksum_failure()), which the supervisor records as evidence. For the C ABI.
+  void report_resume_failure(const Error& error, const checkpoint::ChecksumFailure& where);
 
   // A writer for this rank's part of `step`, with job, attempt, rank and world filled in.
   checkpoint::ShardWriter begin_save(uint64_t step);

@@ -28,6 +28,12 @@
  * caller compares with the one it was built against. */
 #define SHARDGUARD_API_VERSION 1
 
+/* Exit codes of a job (shardguard's own table): after an emergency checkpoint (EX_TEMPFAIL,
+ * "requeue me"), and after reporting that the resume checkpoint failed verification
+ * (EX_IOERR; the supervisor sets that checkpoint aside and resumes from the one before). */
+#define SG_EXIT_AFTER_EMERGENCY 75
+#define SG_EXIT_RESUME_FAILED 74
+
 #if defined(SG_BUILDING_LIBRARY)
 #define SG_API __attribute__((visibility("default")))
 #else
@@ -102,12 +108,24 @@ SG_API uint64_t sg_client_last_committed_step(const sg_client* client);
 SG_API sg_status sg_client_notify_signal(sg_client* client);
 /* Re-installs the client's handler for its checkpoint signal (after a host replaced it). */
 SG_API sg_status sg_client_restore_signal(sg_client* client);
+/* How long rank 0 waits for every rank's part of a checkpoint (SHARDGUARD_COMMIT_TIMEOUT_MS),
+ * in milliseconds. */
+SG_API uint64_t sg_client_commit_timeout_ms(const sg_client* client);
 
 /* ---- resume ---- */
 
 /* Opens the checkpoint to resume from (SHARDGUARD_RESUME_MANIFEST, or outside shardguard
  * the newest complete one). SG_ERR_NOT_FOUND on a fresh start. */
 SG_API sg_status sg_client_open_resume(const sg_client* client, sg_reader** out);
+/* The manifest sg_client_open_resume() opens ("" on a fresh start). Valid while the client
+ * lives. */
+SG_API const char* sg_client_resume_manifest(const sg_client* client);
+/* Tells the supervisor that the resume checkpoint failed verification, with `reader`'s first
+ * checksum failure (file and offset) when it met one (reader may be NULL) and `message` (NULL:
+ * the failure's own description). Then exit with SG_EXIT_RESUME_FAILED: the supervisor sets
+ * that checkpoint aside and relaunches from the one before. */
+SG_API sg_status sg_client_report_resume_failure(sg_client* client, const sg_reader* reader,
+                                                 const char* message);
 /* Opens any committed checkpoint: a step directory or its manifest.json. */
 SG_API sg_status sg_reader_open(const char* path, sg_reader** out);
 SG_API void sg_reader_free(sg_reader* reader);
@@ -140,6 +158,17 @@ SG_API const char* sg_reader_rank_user(const sg_reader* reader, uint32_t rank);
 SG_API uint64_t sg_reader_global_step(const sg_reader* reader);
 SG_API const char* sg_reader_global_lr_schedule(const sg_reader* reader);
 SG_API const char* sg_reader_global_user(const sg_reader* reader);
+/* Format 2's state trees (the structure of a saved state, tensors as references; see the
+ * Python package's _tree.py): rank 0's global tree and rank `rank`'s own, as JSON text, "null"
+ * when none was saved. Valid while the reader lives. */
+SG_API const char* sg_reader_global_tree(const sg_reader* reader);
+SG_API const char* sg_reader_rank_tree(const sg_reader* reader, uint32_t rank);
+/* 1 when a read of this reader found a block that fails its checksum, else 0. Fills `file`
+ * (relative to the step directory; valid while the reader lives), `offset` of the bad block,
+ * and `has_offset` (0 when the file was checked whole, as format 1 files are); any may be
+ * NULL. The first failure is kept. */
+SG_API int sg_reader_checksum_failure(const sg_reader* reader, const char** file,
+                                      uint64_t* offset, int* has_offset);
 
 /* ---- save ---- */
 
@@ -163,6 +192,10 @@ SG_API sg_status sg_writer_set_rank_state(sg_writer* writer, const void* rng, si
 /* The job's state; required on rank 0, refused on other ranks. */
 SG_API sg_status sg_writer_set_global_state(sg_writer* writer, uint64_t step,
                                             const char* lr_schedule_json, const char* user_json);
+/* Format 2's state trees: this rank's own, and (rank 0 only) the global one. A JSON object;
+ * NULL removes it. Independent of the calls above: each sets only its own part. */
+SG_API sg_status sg_writer_set_rank_tree(sg_writer* writer, const char* tree_json);
+SG_API sg_status sg_writer_set_global_tree(sg_writer* writer, const char* tree_json);
 /* Abandons a writer that will not be saved. NULL is ignored. */
 SG_API void sg_writer_free(sg_writer* writer);
 
