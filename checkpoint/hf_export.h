@@ -3,7 +3,10 @@
 // in tensor name order; a larger tensor gets a file of its own) plus
 // `<prefix>.safetensors.index.json`, or a single `<prefix>.safetensors` and no index when
 // everything fits in one file (the transformers convention). Files are written to temp
-// names, fsynced and renamed; the index goes last. Thread-safety: independent calls.
+// names created exclusively (a name already there, a planted link included, fails the
+// export), fsynced and renamed; the index goes last. Pass a RootedFilesystem over the output
+// directory (core/rooted_fs.h) so nothing below it is followed. Thread-safety: independent
+// calls.
 #pragma once
 
 #include <cstdint>
