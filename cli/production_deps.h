@@ -15,7 +15,9 @@ namespace shardguard::cli {
 
 class ProductionDeps {
  public:
-  ProductionDeps();
+  // `fs`: the filesystem of the bundle (`shardguard run` passes a RootedFilesystem over its
+  // run and checkpoint directories); it must outlive the bundle. Default: PosixFilesystem.
+  explicit ProductionDeps(Filesystem& fs = PosixFilesystem::instance());
   ~ProductionDeps();
   ProductionDeps(const ProductionDeps&) = delete;
   ProductionDeps& operator=(const ProductionDeps&) = delete;

@@ -2,23 +2,22 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
-
-#include <CLI/CLI.hpp>
-
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <filesystem>
 
-#include "cli/production_deps.h"
-#include "core/exit_codes.h"
-#include "io/event_loop.h"
-#include "io/http_server.h"
-#include "io/process.h"
 #include "agent/agent_channel.h"
 #include "agent/embedded_agent.h"
 #include "agent/health/health_setup.h"
+#include "cli/production_deps.h"
+#include "core/exit_codes.h"
+#include "core/rooted_fs.h"
 #include "hooks/lifecycle.h"
+#include "io/event_loop.h"
 #include "io/http_client.h"
+#include "io/http_server.h"
+#include "io/process.h"
 #include "supervisor/job_config_toml.h"
 #include "supervisor/rank_env.h"
 #include "supervisor/supervisor.h"
@@ -81,7 +80,15 @@ int run(const RunArgs& a) {
   if (auto st = io::become_child_subreaper(); !st.ok())
     spdlog::warn("cannot become a subreaper ({}); orphaned grandchildren may escape teardown",
                  st.error().message());
-  ProductionDeps production;
+  // Nothing below the run and checkpoint directories is followed, and what the supervisor
+  // creates there is 0750/0640 with the job's group, whatever the umask (core/rooted_fs.h);
+  // other paths (/proc, hooks' files) are used as they are.
+  std::vector<RootOptions> roots(2);
+  roots[0].path = cfg->run_dir;
+  roots[1].path = cfg->checkpoint_dir;
+  for (auto& r : roots) r.group = cfg->group;
+  RootedFilesystem job_fs(std::move(roots), &PosixFilesystem::instance());
+  ProductionDeps production(job_fs);
   const io::Deps& deps = production.deps();
   supervisor::Supervisor sup(deps, *cfg);
 

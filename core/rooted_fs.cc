@@ -154,7 +154,10 @@ std::unique_ptr<RootedFilesystem> RootedFilesystem::single(RootOptions root) {
 Result<std::optional<RootedFilesystem::Resolved>> RootedFilesystem::resolve(
     const std::string& path) const {
   // Paths are usually built from the root as configured; the absolute form matches the rest.
+  // Roots may nest (a run directory inside the checkpoint directory): the deepest one wins.
   const std::string absolute = absolute_lexical(path);
+  const Root* best = nullptr;
+  std::string_view best_rest;
   for (const auto& root : roots_) {
     std::string_view rest;
     // Sets `rest` to what follows `prefix` in `p` when `p` is at or below it.
@@ -169,22 +172,25 @@ Result<std::optional<RootedFilesystem::Resolved>> RootedFilesystem::resolve(
       return true;
     };
     if (!below(path, root->given) && !below(absolute, root->absolute)) continue;
-    Resolved r;
-    r.root = root.get();
-    r.path = path;
-    while (!rest.empty()) {
-      const size_t slash = rest.find('/');
-      const std::string_view part = rest.substr(0, slash);
-      rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
-      if (part.empty() || part == ".") continue;
-      if (part == "..")
-        return Error(ErrorCode::kInvalid,
-                     q(path) + ": '..' below " + q(root->given) + " is refused");
-      r.parts.emplace_back(part);
+    if (best == nullptr || root->absolute.size() > best->absolute.size()) {
+      best = root.get();
+      best_rest = rest;
     }
-    return std::optional<Resolved>(std::move(r));
   }
-  return std::optional<Resolved>();
+  if (best == nullptr) return std::optional<Resolved>();
+  Resolved r;
+  r.root = const_cast<Root*>(best);
+  r.path = path;
+  for (std::string_view rest = best_rest; !rest.empty();) {
+    const size_t slash = rest.find('/');
+    const std::string_view part = rest.substr(0, slash);
+    rest = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
+    if (part.empty() || part == ".") continue;
+    if (part == "..")
+      return Error(ErrorCode::kInvalid, q(path) + ": '..' below " + q(best->given) + " is refused");
+    r.parts.emplace_back(part);
+  }
+  return std::optional<Resolved>(std::move(r));
 }
 
 Result<int> RootedFilesystem::root_fd(Root& root) const {

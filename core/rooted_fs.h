@@ -43,7 +43,8 @@ struct RootOptions {
 
 class RootedFilesystem final : public Filesystem {
  public:
-  // `roots` must not be nested in one another. `outside`: serves paths outside every root
+  // `roots` may nest (the deepest one holding a path resolves it, so an inner root may itself
+  // be a link like any root). `outside`: serves paths outside every root
   // (nullptr: those are refused). A missing root is created by create_dirs() of it or of a
   // path below it (mkdir -p, following links above it, as the user's own path).
   explicit RootedFilesystem(std::vector<RootOptions> roots, Filesystem* outside = nullptr);
