@@ -379,7 +379,9 @@ Result<std::vector<DirEntry>> RootedFilesystem::list(const std::string& dir) {
   SG_ASSIGN_OR_RETURN(auto res, resolve(dir));
   if (!res) return outside_ ? outside_->list(dir) : outside_refused(dir);
   SG_ASSIGN_OR_RETURN(Fd fd, open_dir(*res, res->parts.size()));
-  const int copy = ::fcntl(fd.get(), F_DUPFD_CLOEXEC, 0);  // fdopendir takes it over
+  // A new open file description, not a dup: a dup shares the read position, so a second
+  // listing of a held root would start where the first ended (and see nothing).
+  const int copy = ::openat(fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (copy < 0) return Error::from_errno("list " + q(dir), errno);
   DIR* d = ::fdopendir(copy);
   if (d == nullptr) {
@@ -425,7 +427,7 @@ Status remove_contents(int dir, const std::string& label, int depth) {
   if (depth > kMaxRemoveDepth)
     return Error(ErrorCode::kInvalid, "remove " + q(label) + ": nested deeper than " +
                                           std::to_string(kMaxRemoveDepth) + " directories");
-  const int copy = ::fcntl(dir, F_DUPFD_CLOEXEC, 0);
+  const int copy = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // own position
   if (copy < 0) return Error::from_errno("remove " + q(label), errno);
   DIR* d = ::fdopendir(copy);
   if (d == nullptr) {

@@ -10,9 +10,11 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "checkpoint/retention.h"
 #include "core/fault_fs.h"
@@ -81,6 +83,25 @@ TEST_CASE("rooted fs: the root may be a link; reads and writes below it work", "
   CHECK(*rooted("ckpt")->read_file(dir / "ckpt/sub/a") == "hello");
   CHECK(*rooted(dir / "ckpt")->read_file("ckpt/./sub//a") == "hello");
   stdfs::current_path(cwd);
+}
+
+TEST_CASE("rooted fs: the held root lists the same every time, from any thread", "[unit]") {
+  TempDir dir;
+  for (const char* name : {"a", "b", "c"})
+    stdfs::create_directories(dir / ("ckpt/" + std::string(name)));
+  auto fs = rooted(dir / "ckpt");
+  // Each listing reads the held root afresh (a shared read position would leave the second
+  // one empty: `shardguard run` listed its checkpoints at start and again to resume).
+  for (int i = 0; i < 3; ++i) CHECK(fs->list(dir / "ckpt")->size() == 3);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 200; ++i)
+        if (fs->list(dir / "ckpt")->size() != 3) ++wrong;
+    });
+  for (auto& t : threads) t.join();
+  CHECK(wrong == 0);
 }
 
 TEST_CASE("rooted fs: a link below the root is never followed, and is named", "[unit]") {

@@ -5,7 +5,9 @@
 //     checkpoints (`ckpt verify --full`) and the timeline (`status`);
 //   - a run directory too long for a socket address: the ranks still reach the control
 //     socket inside it, and nothing is placed in /tmp;
-//   - finding: [log] level / format passed --check-config and did nothing.
+//   - finding: [log] level / format passed --check-config and did nothing;
+//   - finding: shards were opened through links on resume: a step whose shard is linked to
+//     a root-only file is skipped, saying why, and the job resumes from the step before.
 #include <sys/stat.h>
 
 #include <boost/json.hpp>
@@ -158,4 +160,29 @@ TEST_CASE("[log] level and format act; the flags override them", "[integration]"
     }
     CHECK(lines > 0);
   }
+}
+
+TEST_CASE("resume skips a step whose shard is a link, naming it", "[integration]") {
+  RunDirs d;
+  write_config(d, "", 20);
+  auto first = spawn(run_argv(
+      d, 2, {"--steps", "40", "--rows", "16", "--log-every", "0", "--checkpoint-every", "20"}));
+  INFO(first.err);
+  REQUIRE(first.exit_code == 0);
+  const std::string shard = d.ckpt() + "/step-000000040/shard-00000-of-00002.safetensors";
+  stdfs::create_directories(d.tmp / "private");
+  REQUIRE(::chmod((d.tmp / "private").c_str(), 0700) == 0);
+  stdfs::rename(shard, d.tmp / "private/shard");
+  stdfs::create_symlink(d.tmp / "private/shard", shard);
+  auto again = spawn(run_argv(d, 2, kTrain));
+  INFO(again.err);
+  REQUIRE(again.exit_code == 0);
+  bool skipped = false;
+  for (const auto& e : events_named(d, "resume_skipped"))
+    skipped = skipped || (field(e, "step") == "40" &&
+                          field(e, "why").find("is a symbolic link") != std::string::npos);
+  CHECK(skipped);
+  auto launches = events_named(d, "launch");
+  REQUIRE(launches.size() >= 2);
+  CHECK(field(launches.back(), "resume_step") == "20");
 }
