@@ -261,16 +261,11 @@ Result<std::unique_ptr<WritableFile>> RootedFilesystem::open_for_write(const std
   if (res->parts.empty()) return is_root("open", path);
   SG_ASSIGN_OR_RETURN(Fd dir, open_dir(*res, res->parts.size() - 1));
   const mode_t mode = res->root->options.file_mode;
-  bool direct = options.direct;
   auto open_at = [&](int flags) {
-    // O_NONBLOCK: a FIFO planted here fails or opens at once instead of blocking.
+    // O_NONBLOCK: a FIFO planted here fails or opens at once instead of blocking. O_DIRECT
+    // comes later: a filesystem that refuses it does so only after O_CREAT made the file.
     flags |= O_WRONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
-    int fd = ::openat(dir.get(), res->name().c_str(), flags | (direct ? O_DIRECT : 0), mode);
-    if (fd < 0 && direct && errno == EINVAL) {
-      direct = false;  // the filesystem refuses O_DIRECT (tmpfs): buffered writes
-      fd = ::openat(dir.get(), res->name().c_str(), flags, mode);
-    }
-    return fd;
+    return ::openat(dir.get(), res->name().c_str(), flags, mode);
   };
   int fd = open_at(O_CREAT | O_EXCL);
   const bool created = fd >= 0;
@@ -293,8 +288,11 @@ Result<std::unique_ptr<WritableFile>> RootedFilesystem::open_for_write(const std
                                             " hard links; not rewritten");
     if (::ftruncate(fd, 0) != 0) return Error::from_errno("truncate " + q(path), errno);
   }
-  if (::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0)
-    return Error::from_errno("fcntl " + q(path), errno);
+  const int flags = ::fcntl(fd, F_GETFL) & ~O_NONBLOCK;
+  // O_DIRECT where the filesystem takes it; where it does not (EINVAL), buffered writes.
+  if (!options.direct || ::fcntl(fd, F_SETFL, flags | O_DIRECT) != 0) {
+    if (::fcntl(fd, F_SETFL, flags) != 0) return Error::from_errno("fcntl " + q(path), errno);
+  }
   if (created) SG_RETURN_IF_ERROR(set_owner_and_mode(*res, fd, /*dir=*/false));
   return posix::adopt_writable(file.release(), path);
 }

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <thread>
 
@@ -212,6 +213,24 @@ TEST_CASE("rooted fs: modes are exact whatever the umask", "[unit]") {
   CHECK(mode_of(dir / "plain/a") == 0750);
   REQUIRE(PosixFilesystem::instance().open_for_write(dir / "plain/f", {}).ok());
   CHECK(mode_of(dir / "plain/f") == 0640);
+}
+
+TEST_CASE("rooted fs: O_DIRECT writes of new files, exclusive, with exact modes", "[unit]") {
+  UmaskGuard guard(0);
+  TempDir dir;
+  auto fs = rooted(dir / "ckpt");
+  REQUIRE(fs->create_dirs(dir / "ckpt").ok());
+  auto buffer = DirectIoBuffer::allocate(kDirectReadAlignment);
+  REQUIRE(buffer.ok());
+  std::memset((*buffer)->data(), 'x', kDirectReadAlignment);
+  auto f = fs->open_for_write(dir / "ckpt/shard", {.exclusive = true, .direct = true});
+  REQUIRE(f.ok());
+  REQUIRE((*f)->append({(*buffer)->data(), kDirectReadAlignment}).ok());
+  REQUIRE((*f)->sync().ok());
+  REQUIRE((*f)->close().ok());
+  CHECK(*fs->file_size(dir / "ckpt/shard") == kDirectReadAlignment);
+  CHECK(mode_of(dir / "ckpt/shard") == 0640);
+  CHECK_FALSE(fs->open_for_write(dir / "ckpt/shard", {.exclusive = true, .direct = true}).ok());
 }
 
 TEST_CASE("rooted fs: a configured group owns what it creates", "[unit]") {
