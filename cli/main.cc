@@ -7,6 +7,7 @@
 #include <exception>
 
 #include "cli/ckpt_commands.h"
+#include "cli/report_command.h"
 #include "core/exit_codes.h"
 #include "cli/run_command.h"
 #include "cli/secret_command.h"
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   cli::add_ckpt_commands(app, &exit_code);
   cli::add_run_command(app, &exit_code);
   cli::add_status_command(app, &exit_code);
+  cli::add_report_command(app, &exit_code);
   cli::add_drain_command(app, &exit_code);
   cli::add_agent_command(app, &exit_code);
   cli::add_secret_command(app, &exit_code);

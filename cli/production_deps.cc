@@ -24,4 +24,14 @@ ProductionDeps::~ProductionDeps() = default;
 const io::Deps& ProductionDeps::deps() const { return impl_->deps; }
 io::EventLoop& ProductionDeps::loop() { return impl_->loop; }
 
+std::unique_ptr<RootedFilesystem> job_filesystem(const std::string& run_dir,
+                                                 const std::string& checkpoint_dir,
+                                                 std::optional<uint32_t> group) {
+  std::vector<RootOptions> roots(2);
+  roots[0].path = run_dir;
+  roots[1].path = checkpoint_dir;
+  for (auto& r : roots) r.group = group;
+  return std::make_unique<RootedFilesystem>(std::move(roots), &PosixFilesystem::instance());
+}
+
 }  // namespace shardguard::cli

@@ -2,22 +2,23 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
-#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+
+#include <unistd.h>
+
 #include <filesystem>
 
-#include "agent/agent_channel.h"
-#include "agent/embedded_agent.h"
-#include "agent/health/health_setup.h"
+#include "cli/job_services.h"
+#include "cli/node_services.h"
 #include "cli/production_deps.h"
+#include "cli/run_multinode.h"
+#include "core/units.h"
 #include "core/exit_codes.h"
-#include "core/rooted_fs.h"
-#include "hooks/lifecycle.h"
 #include "io/event_loop.h"
-#include "io/http_client.h"
 #include "io/http_server.h"
 #include "io/process.h"
+#include "agent/scheduler_env.h"
 #include "supervisor/job_config_toml.h"
 #include "supervisor/rank_env.h"
 #include "supervisor/supervisor.h"
@@ -27,6 +28,9 @@ namespace {
 
 struct RunArgs {
   std::string config_path;
+  agent::PlacementFlags placement;
+  std::optional<std::string> nnodes, rdzv_endpoint, join_window;
+  std::string node_address;
   std::optional<uint32_t> nproc;
   std::optional<std::string> checkpoint_dir, run_dir, job_id;
   bool resume_from_job = false;
@@ -36,6 +40,27 @@ struct RunArgs {
   bool check_config = false;
   std::vector<std::string> command;
 };
+
+// `scontrol show hostnames LIST`, one host per line (Slurm's own expansion of n[1-3]).
+Result<std::vector<std::string>> slurm_hostnames(std::string_view list) {
+  const std::string cmd = "scontrol show hostnames '" + std::string(list) + "' 2>&1";
+  if (list.find('\'') != std::string_view::npos)
+    return Error(ErrorCode::kInvalid, "node list with a quote: " + std::string(list));
+  std::FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return Error::from_errno("scontrol show hostnames", errno);
+  std::vector<std::string> hosts;
+  char line[512];
+  while (std::fgets(line, sizeof line, p) != nullptr) {
+    std::string h(line);
+    while (!h.empty() && (h.back() == '\n' || h.back() == '\r')) h.pop_back();
+    if (!h.empty()) hosts.push_back(h);
+  }
+  const int status = ::pclose(p);
+  if (status != 0 || hosts.empty())
+    return Error(ErrorCode::kInvalid, "scontrol show hostnames '" + std::string(list) +
+                                          "' failed (exit status " + std::to_string(status) + ")");
+  return hosts;
+}
 
 Result<supervisor::JobConfig> build_config(const RunArgs& a) {
   supervisor::JobConfig cfg;
@@ -64,10 +89,49 @@ Result<supervisor::JobConfig> build_config(const RunArgs& a) {
   return cfg;
 }
 
+// One node: the supervisor, its node in this process, the node's services.
+int run_single(const supervisor::JobConfig& cfg) {
+  auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
+  ProductionDeps production(*job_fs);
+  const io::Deps& deps = production.deps();
+  supervisor::Supervisor sup(deps, cfg);
+  auto job = JobServices::start(deps, cfg, sup);
+  if (!job.ok()) {
+    std::fprintf(stderr, "shardguard run: %s\n", job.error().message().c_str());
+    return kExitUsage;
+  }
+  NodeServices node(deps, cfg,
+                    {[&](const agent::Notice& n) { sup.notice(n); },
+                     [&](const std::string& evidence) { sup.report_unhealthy(evidence); },
+                     [&] { return sup.state(); }, [&] { return sup.finished(); }});
+  sup.set_on_acknowledge([&](const agent::Notice& n) { node.acknowledge(n); });
+  if (auto st = sup.start(); !st.ok()) {
+    std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
+    // A directory that is another job's, or requeues that keep failing: requeue will not help.
+    return st.error().code() == ErrorCode::kFenced ? kExitConfig : kExitFailure;
+  }
+  if (auto st = node.start(); !st.ok()) {
+    std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
+    return kExitFailure;
+  }
+  while (!sup.finished()) production.loop().run_until([&] { return sup.finished(); }, std::chrono::hours(24));
+  // Let the last teardown's kills and the finish hooks go out.
+  production.loop().run_for(std::chrono::milliseconds(50));
+  node.stop();
+  (*job)->stop();
+  return sup.exit_code();
+}
+
 int run(const RunArgs& a) {
   auto cfg = build_config(a);
   if (!cfg.ok()) {
     std::fprintf(stderr, "shardguard run: %s\n", cfg.error().message().c_str());
+    return kExitUsage;
+  }
+  auto placement = agent::resolve_placement(agent::environment_snapshot(), a.placement,
+                                            slurm_hostnames);
+  if (!placement.ok()) {
+    std::fprintf(stderr, "shardguard run: %s\n", placement.error().message().c_str());
     return kExitUsage;
   }
   if (a.check_config) {
@@ -75,97 +139,25 @@ int run(const RunArgs& a) {
                 cfg->job_id.empty() ? "(the checkpoint directory's)" : cfg->job_id.c_str(),
                 cfg->nproc, cfg->command[0].c_str(), cfg->checkpoint_dir.c_str(),
                 cfg->run_dir.c_str());
+    if (*placement) std::printf("%s\n", (*placement)->describe().c_str());
     return kExitOk;
   }
   if (auto st = io::become_child_subreaper(); !st.ok())
     spdlog::warn("cannot become a subreaper ({}); orphaned grandchildren may escape teardown",
                  st.error().message());
-  // Nothing below the run and checkpoint directories is followed, and what the supervisor
-  // creates there is 0750/0640 with the job's group, whatever the umask (core/rooted_fs.h);
-  // other paths (/proc, hooks' files) are used as they are.
-  std::vector<RootOptions> roots(2);
-  roots[0].path = cfg->run_dir;
-  roots[1].path = cfg->checkpoint_dir;
-  for (auto& r : roots) r.group = cfg->group;
-  RootedFilesystem job_fs(std::move(roots), &PosixFilesystem::instance());
-  ProductionDeps production(job_fs);
-  const io::Deps& deps = production.deps();
-  supervisor::Supervisor sup(deps, *cfg);
-
-  // The job's [[hooks]]: commands and webhooks on lifecycle events, never blocking the loop.
-  auto hooks = hooks::LifecycleHooks::create(deps.loop, deps.launcher, deps.http, deps.timers,
-                                             deps.clock, cfg->hooks);
-  if (!hooks.ok()) {
-    std::fprintf(stderr, "shardguard run: hooks: %s\n", hooks.error().message().c_str());
-    return kExitUsage;
-  }
-  sup.set_on_lifecycle([&](std::string_view event, std::map<std::string, std::string> fields) {
-    (*hooks)->fire(event, std::move(fields));
-  });
-
-  // The embedded agent: SIGTERM (Kubernetes, Slurm GraceTime), SIGINT (a person), the
-  // configured notice signals (Slurm --signal) and cloud notices, typed, to the supervisor.
-  agent::EmbeddedAgent node_agent(deps, cfg->agent, cfg->grace);
-  sup.set_on_acknowledge([&](const agent::Notice& n) { node_agent.acknowledge(n); });
-
-  // The agent socket: `shardguard drain` and the standalone `shardguard agent` (root).
-  agent::AgentSocketServer agent_socket(
-      deps.loop, agent::agent_socket_path(supervisor::absolute_path(cfg->run_dir)), ::getuid(),
-      [&](const agent::Notice& n) -> Result<std::string> {
-        if (sup.finished()) return Error(ErrorCode::kInvalid, "the run has finished");
-        sup.notice(n);
-        return sup.state();
-      });
-
-  // Prometheus metrics, on loopback unless SHARDGUARD_METRICS_ADDRESS says otherwise.
-  std::unique_ptr<io::HttpServer> metrics;
-  if (cfg->metrics_port != 0) {
-    const char* addr = std::getenv("SHARDGUARD_METRICS_ADDRESS");
-    metrics = std::make_unique<io::HttpServer>(deps.loop, addr ? addr : "127.0.0.1", cfg->metrics_port);
-    metrics->handle("/metrics", [&] { return io::HttpReply{200, "text/plain; version=0.0.4", sup.metrics_text()}; });
-    if (auto st = metrics->start(); !st.ok()) {
-      std::fprintf(stderr, "shardguard run: metrics: %s\n", st.error().message().c_str());
+  if (!*placement) return run_single(*cfg);
+  MultiNodeArgs m;
+  m.placement = **placement;
+  m.node_address = a.node_address;
+  if (a.join_window) {
+    auto w = parse_duration(*a.join_window);
+    if (!w.ok()) {
+      std::fprintf(stderr, "shardguard run: --join-window: %s\n", w.error().message().c_str());
       return kExitUsage;
     }
-    spdlog::info("metrics on http://{}:{}/metrics", addr ? addr : "127.0.0.1", metrics->port());
+    m.join_window = *w;
   }
-
-  if (auto st = sup.start(); !st.ok()) {
-    std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
-    // A directory that is another job's, or requeues that keep failing: requeue will not help.
-    return st.error().code() == ErrorCode::kFenced ? kExitConfig : kExitFailure;
-  }
-  if (auto st = agent_socket.start(); !st.ok()) {
-    std::fprintf(stderr, "shardguard run: agent socket: %s\n", st.error().message().c_str());
-    return kExitFailure;
-  }
-  // Node health: a fatal finding (a GPU fell off the bus, uncorrectable ECC, disk full)
-  // stops the job with an emergency checkpoint so the scheduler moves it.
-  agent::HealthSettings health = cfg->node_health;
-  if (health.checkpoint_dir.empty()) health.checkpoint_dir = cfg->checkpoint_dir;
-  auto monitor = agent::make_health_monitor(health, deps);
-  if (monitor && health.enabled) {
-    monitor->start(
-        [&](const std::vector<agent::HealthFinding>& evidence) {
-          std::string text;
-          for (const auto& f : evidence) text += (text.empty() ? "" : "; ") + f.check + ": " + f.evidence;
-          sup.report_unhealthy(text);
-        },
-        [] { spdlog::info("node healthy again"); });
-  }
-
-  if (auto st = node_agent.start([&](const agent::Notice& n) { sup.notice(n); }); !st.ok()) {
-    std::fprintf(stderr, "shardguard run: agent: %s\n", st.error().message().c_str());
-    sup.report_unhealthy("the node agent could not start: " + st.error().message());
-  }
-  while (!sup.finished()) production.loop().run_until([&] { return sup.finished(); }, std::chrono::hours(24));
-  // Let the last teardown's kills and the finish hooks go out.
-  production.loop().run_for(std::chrono::milliseconds(50));
-  node_agent.stop();
-  agent_socket.stop();
-  if (monitor) monitor->stop();
-  if (metrics) metrics->stop();
-  return sup.exit_code();
+  return run_multinode(*cfg, m);
 }
 
 }  // namespace
@@ -175,7 +167,21 @@ void add_run_command(CLI::App& app, int* exit_code) {
   auto* run_cmd = app.add_subcommand("run", "Run a training command under supervision: restarts, "
                                             "emergency checkpoints, resume");
   run_cmd->add_option("--config", a->config_path, "job config (TOML)");
-  run_cmd->add_option("--nproc", a->nproc, "ranks to start on this node");
+  run_cmd->add_option("--nproc,--nproc-per-node,--nproc_per_node", a->nproc,
+                      "ranks to start on this node");
+  run_cmd->add_option("--nnodes", a->nnodes, "nodes of the job: N, or MIN:MAX (elastic)");
+  run_cmd->add_option("--rdzv-endpoint,--rdzv_endpoint", a->rdzv_endpoint,
+                      "HOST:PORT of the coordinator (node rank 0, or `shardguard coordinator`)");
+  run_cmd->add_option("--node-rank,--node_rank", a->placement.node_rank,
+                      "this node's rank (0 runs the coordinator); default: the first to bind the "
+                      "endpoint is 0");
+  run_cmd->add_option("--secret-file", a->placement.secret_file,
+                      "shared secret of the job's nodes (owner-only; or SHARDGUARD_SECRET_FILE)");
+  run_cmd->add_option("--node-address", a->node_address,
+                      "where this node's ranks are reached (MASTER_ADDR when it hosts rank 0); "
+                      "default: as the coordinator sees it");
+  run_cmd->add_option("--join-window", a->join_window,
+                      "with MIN:MAX, how long to wait for more than MIN nodes at start (e.g. 10s)");
   run_cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "where checkpoints go");
   run_cmd->add_option("--run-dir", a->run_dir, "logs, events and the control socket");
   run_cmd->add_option("--job-id", a->job_id,
@@ -187,7 +193,19 @@ void add_run_command(CLI::App& app, int* exit_code) {
   run_cmd->add_option("--metrics-port", a->metrics_port, "serve Prometheus metrics on this port");
   run_cmd->add_flag("--check-config", a->check_config, "validate the configuration and exit");
   run_cmd->add_option("command", a->command, "the training command, after --");
-  run_cmd->callback([a, exit_code] { *exit_code = run(*a); });
+  run_cmd->callback([a, exit_code] {
+    if (a->nnodes) {
+      auto n = agent::parse_node_count(*a->nnodes);
+      if (!n.ok()) throw CLI::ValidationError("--nnodes", n.error().message());
+      a->placement.nnodes = *n;
+    }
+    if (a->rdzv_endpoint) {
+      auto e = agent::parse_endpoint(*a->rdzv_endpoint);
+      if (!e.ok()) throw CLI::ValidationError("--rdzv-endpoint", e.error().message());
+      a->placement.rdzv_endpoint = *e;
+    }
+    *exit_code = run(*a);
+  });
 }
 
 }  // namespace shardguard::cli

@@ -18,6 +18,12 @@ double GoodputTotals::ratio() const {
   return allocated_gpu_seconds > 0 ? productive_gpu_seconds / allocated_gpu_seconds : 0.0;
 }
 
+double GoodputTotals::badput_total() const {
+  double sum = 0;
+  for (double v : badput_gpu_seconds) sum += v;
+  return sum;
+}
+
 void GoodputAccumulator::training(double seconds, uint32_t gpus) {
   if (seconds <= 0) return;
   const double g = seconds * gpus;

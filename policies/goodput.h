@@ -21,6 +21,8 @@ namespace shardguard::policies {
 
 enum class Badput { kRecompute, kRestart, kCheckpoint, kWaiting };
 inline constexpr size_t kBadputCauses = 4;
+inline constexpr std::array<Badput, kBadputCauses> kAllBadput = {
+    Badput::kRecompute, Badput::kRestart, Badput::kCheckpoint, Badput::kWaiting};
 std::string_view badput_name(Badput cause);  // "recompute", "restart", "checkpoint", "waiting"
 
 struct GoodputTotals {
@@ -31,6 +33,8 @@ struct GoodputTotals {
   // productive / allocated; 0 when nothing was allocated.
   double ratio() const;
   double badput(Badput cause) const { return badput_gpu_seconds[static_cast<size_t>(cause)]; }
+  // The sum over every cause: allocated - productive, up to rounding.
+  double badput_total() const;
 };
 
 class GoodputAccumulator {

@@ -33,11 +33,15 @@ std::string_view phase_name(Phase p) {
 
 // ---- membership ------------------------------------------------------------------------
 
+// Members in node-id order: ids are the node ranks nodes asked for, or handed out in join
+// order after them, so survivors keep their relative order at every epoch.
 std::vector<NodeId> AttemptMachine::Impl::placeable_nodes() const {
-  std::vector<NodeId> out;
+  std::vector<NodeId> ids;
   for (const auto& m : members)
-    if (m.alive && !m.leaving && out.size() < cfg.max_nodes) out.push_back(m.node);
-  return out;
+    if (m.alive && !m.leaving) ids.push_back(m.node);
+  std::sort(ids.begin(), ids.end());
+  if (ids.size() > cfg.max_nodes) ids.resize(cfg.max_nodes);
+  return ids;
 }
 
 uint32_t AttemptMachine::Impl::alive_members() const {
@@ -107,6 +111,7 @@ void AttemptMachine::Impl::begin_attempt(Now now) {
   cancel(TimerId::kJoinWindow);
   cancel(TimerId::kRendezvous);
   phase = Phase::kLaunching;
+  save_begin.clear();  // saves begun by an earlier attempt are not this one's
   attempt.emplace();
   attempt->epoch = epoch;
   attempt->start = now.steady;
@@ -326,7 +331,8 @@ void AttemptMachine::Impl::relaunch_after(Now now, policies::ExitClass cls, cons
   if (now.steady - a.start >= cfg.healthy_after) backoff.reset();
   const Duration delay = cls == policies::ExitClass::kResize ? Duration{0} : backoff.next();
   const std::string reason = why.empty() ? decision.reason : why;
-  record("backoff", {{"attempt", a.epoch}, {"seconds", to_seconds(delay)}, {"why", reason}});
+  record("backoff", {{"attempt", a.epoch}, {"class", name}, {"seconds", to_seconds(delay)},
+                     {"why", reason}});
   hook("restart", {{"class", name}, {"reason", reason}, {"detail", detail}});
   ++epoch;
   phase = Phase::kBackoff;
@@ -378,6 +384,14 @@ int AttemptMachine::exit_code() const { return impl_->exit_code; }
 Epoch AttemptMachine::epoch() const { return impl_->epoch; }
 const MachineConfig& AttemptMachine::config() const { return impl_->cfg; }
 uint64_t AttemptMachine::step_margin(Now now) const { return impl_->margin(now); }
+
+bool AttemptMachine::runs_on(NodeId node, Epoch epoch) const {
+  const auto& a = impl_->attempt;
+  if (!a || !a->launched || a->epoch != epoch || a->tearing_down) return false;
+  if (a->nodes_stopped.contains(node)) return false;
+  return std::any_of(a->layout.begin(), a->layout.end(),
+                     [&](const NodeSlot& s) { return s.node == node; });
+}
 
 MachineStats AttemptMachine::stats(Now now) const {
   const Impl& m = *impl_;

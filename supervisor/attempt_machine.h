@@ -124,6 +124,9 @@ class AttemptMachine {
   const MachineConfig& config() const;
   // Steps a checkpoint request leaves for delivery, from the observed step rate.
   uint64_t step_margin(Now now) const;
+  // True when `node`'s ranks of `epoch` are part of the attempt running now (not being torn
+  // down, and the node not declared lost): a node rejoining with other ranks must stop them.
+  bool runs_on(NodeId node, Epoch epoch) const;
 
  private:
   struct Impl;

@@ -71,6 +71,11 @@ struct JobConfig {
   uint32_t futile_requeue_limit = 3;
   std::vector<int> preemption_exit_codes = {75};  // rank exit codes that mean "preempted"
 
+  // [job] multi-node: a node whose coordinator stays away this long stops its ranks and exits
+  // 75; a job below its minimum number of nodes this long exits 75.
+  Duration coordinator_timeout = std::chrono::minutes(2);
+  Duration rendezvous_timeout = std::chrono::minutes(10);
+
   // [health]
   Duration hang_timeout = std::chrono::minutes(5);  // no heartbeat this long after the first
   Duration startup_timeout = std::chrono::minutes(0);  // 0: no limit before the first
@@ -93,6 +98,9 @@ struct JobConfig {
 
   // [metrics]
   uint16_t metrics_port = 0;  // 0: off
+  // IP address the metrics endpoint binds to ("0.0.0.0" to be scraped from another host);
+  // empty: SHARDGUARD_METRICS_ADDRESS, else 127.0.0.1.
+  std::string metrics_address;
 
   // [log]: applied by `shardguard run` and `shardguard agent` (cli/main.cc) unless
   // --log-format / --log-level are given; SHARDGUARD_LOG_FORMAT / _LEVEL override both.

@@ -1,5 +1,6 @@
 #include "supervisor/job_config_toml.h"
 
+#include <arpa/inet.h>
 #include <grp.h>
 #include <toml++/toml.h>
 
@@ -246,6 +247,8 @@ void read_job(Section s, JobConfig& c) {
   s.string("run_dir", c.run_dir);
   s.string("master_addr", c.master_addr);
   s.integer("master_port", c.master_port, 1, 65535);
+  s.duration("coordinator_timeout", c.coordinator_timeout, true, kDay);
+  s.duration("rendezvous_timeout", c.rendezvous_timeout, true, kDay);
   if (const toml::node* n = s.get("command");
       n && s.expect(*n, "command", n->is_array(), "an array of strings")) {
     std::vector<std::string> command;
@@ -450,6 +453,18 @@ void read_hooks(Section& root, std::vector<hooks::HookSpec>& out, Problems& prob
   }
 }
 
+// An IP literal: the endpoint binds to it, so a host name would only fail later, at bind time.
+void read_metrics_address(Section& s, std::string& out) {
+  const toml::node* n = s.get("address");
+  if (!n || !s.expect(*n, "address", n->is_string(), "an IP address like \"0.0.0.0\"")) return;
+  const std::string& text = n->as_string()->get();
+  in6_addr buf{};
+  if (::inet_pton(AF_INET, text.c_str(), &buf) != 1 && ::inet_pton(AF_INET6, text.c_str(), &buf) != 1)
+    return s.bad(*n, "address",
+                 "expected an IPv4 or IPv6 address like \"0.0.0.0\" or \"::\", got \"" + text + "\"");
+  out = text;
+}
+
 void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   Section s(&root, "", problems);
   auto section = [&](std::string_view name) {
@@ -469,6 +484,7 @@ void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   {
     Section metrics = section("metrics");
     metrics.integer("port", c.metrics_port, 0, 65535);
+    read_metrics_address(metrics, c.metrics_address);
     metrics.finish();
   }
   {

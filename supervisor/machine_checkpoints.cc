@@ -102,7 +102,8 @@ void AttemptMachine::Impl::on(Now now, const event::Committed& e) {
   for (auto& r : a.ranks)
     if (r.saving && *r.saving <= e.step) r.saving.reset();
   record("checkpoint_committed", {{"attempt", e.epoch}, {"step", e.step},
-                                  {"seconds", to_seconds(took)}, {"manifest", e.manifest}});
+                                  {"seconds", to_seconds(took)}, {"bytes", e.bytes},
+                                  {"manifest", e.manifest}});
   hook("checkpoint_committed", {{"step", std::to_string(e.step)}, {"manifest", e.manifest}});
   if (emergency && !emergency->committed_step && request &&
       request->kind == CheckpointKind::kEmergency && e.step >= request->at_step)

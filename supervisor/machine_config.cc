@@ -25,6 +25,7 @@ MachineConfig machine_config(const JobConfig& c) {
   // Long enough for the stop message, the term grace and the kill itself.
   m.stop_timeout = c.term_grace + std::chrono::seconds(30);
   m.safety_margin = c.safety_margin;
+  m.rendezvous_timeout = c.rendezvous_timeout;
   m.interval_mode = c.interval_mode;
   m.every = c.every;
   m.mtbf = c.mtbf;

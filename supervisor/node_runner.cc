@@ -325,6 +325,14 @@ void NodeRunner::apply(const Command& c) {
   if (auto* h = std::get_if<command::CollectHangReport>(&c)) return m.collect_hang_report(*h);
 }
 
+void NodeRunner::set_node(NodeId node) { impl_->opt.node = node; }
+void NodeRunner::set_job_id(const std::string& job_id) { impl_->opt.config.job_id = job_id; }
+NodeId NodeRunner::node() const { return impl_->opt.node; }
+std::optional<Epoch> NodeRunner::running_epoch() const {
+  if (!impl_->active) return std::nullopt;
+  return impl_->epoch;
+}
+
 void NodeRunner::stop() {
   Impl& m = *impl_;
   m.term_timer->cancel();

@@ -49,6 +49,13 @@ class NodeRunner {
   void apply(const Command& command);
   // Kills whatever runs (the job is over) and closes the socket.
   void stop();
+  // The node's id, when it is learned after construction (a node welcomed by a coordinator).
+  void set_node(NodeId node);
+  // The job's id, when it is learned after construction (from the coordinator).
+  void set_job_id(const std::string& job_id);
+  NodeId node() const;
+  // The epoch whose ranks run here now, if any (told to a restarted coordinator on rejoin).
+  std::optional<Epoch> running_epoch() const;
 
  private:
   struct Impl;

@@ -14,6 +14,7 @@
 #include "supervisor/attempt_machine.h"
 #include "supervisor/directory_keeper.h"
 #include "supervisor/event_log.h"
+#include "supervisor/timeline.h"
 #include "supervisor/local_launcher.h"
 #include "supervisor/machine_config.h"
 #include "supervisor/node_runner.h"
@@ -48,12 +49,17 @@ struct ResumeChoice {
 struct Supervisor::Impl {
   io::Deps d;
   JobConfig cfg;
+  SupervisorOptions opt;
   AttemptMachine machine;
   EventLog events;
+  // The same records, understood: goodput for the metrics, as `status` computes it.
+  Timeline timeline{TimelineOptions{{}, false}};
   std::unique_ptr<DirectoryKeeper> keeper;
   bool committed_this_run = false;
   std::unique_ptr<LocalLauncher> launcher;
-  std::unique_ptr<NodeRunner> node;
+  std::unique_ptr<NodeRunner> node;  // this process's node, when it has one
+  std::map<NodeId, std::function<void(const Command&)>> remote;  // the others
+  std::function<void(int, const std::string&)> on_finish;
   std::array<std::unique_ptr<Timer>, kTimerCount> timers;
   std::map<uint64_t, agent::Notice> notices;  // by id, to acknowledge
   uint64_t next_notice_id = 1;
@@ -65,10 +71,29 @@ struct Supervisor::Impl {
   std::deque<Event> queue;
   bool feeding = false;
 
-  Impl(const io::Deps& deps, JobConfig c)
-      : d(deps), cfg(std::move(c)), machine(machine_config(cfg), d.random.as_function()) {}
+  Impl(const io::Deps& deps, JobConfig c, SupervisorOptions o)
+      : d(deps), cfg(std::move(c)), opt(std::move(o)), machine(config_of(cfg, opt), d.random.as_function()) {}
+
+  static MachineConfig config_of(const JobConfig& cfg, const SupervisorOptions& o) {
+    MachineConfig m = machine_config(cfg);
+    m.min_nodes = o.min_nodes;
+    m.max_nodes = o.max_nodes;
+    m.join_window = o.join_window;
+    return m;
+  }
+
+  // A command for the nodes goes to every node; each takes its own part.
+  void to_nodes(const Command& c) {
+    if (node) node->apply(c);
+    for (auto& [id, send] : remote) send(c);
+  }
 
   Now now() const { return Now{d.clock.now(), d.clock.wall_now()}; }
+
+  void record(std::string_view type, const EventFields& fields) {
+    events.write(type, fields);
+    timeline.add(to_unix_ms(d.clock.wall_now()), type, fields);
+  }
 
   void feed(Event e) {
     queue.push_back(std::move(e));
@@ -103,11 +128,11 @@ struct Supervisor::Impl {
                              l.resume_step ? "resuming from step " + std::to_string(*l.resume_step)
                                            : std::string("fresh start"));
                 keeper->on_launch(l.epoch, l.resume_step);
-                node->apply(l);
+                to_nodes(l);
               },
               [&](const command::TearDown& t) {
                 spdlog::info("attempt {}: teardown: {}", t.epoch, t.why);
-                node->apply(t);
+                to_nodes(t);
               },
               [&](const command::CheckpointNow& n) {
                 if (n.kind == CheckpointKind::kEmergency) {
@@ -115,14 +140,14 @@ struct Supervisor::Impl {
                                n.at_step, n.reason, format_duration(n.deadline - d.clock.wall_now()));
                   keeper->make_room();
                 }
-                node->apply(n);
+                to_nodes(n);
               },
-              [&](const command::AbortSave& a) { node->apply(a); },
-              [&](const command::CollectHangReport& h) { node->apply(h); },
+              [&](const command::AbortSave& a) { to_nodes(a); },
+              [&](const command::CollectHangReport& h) { to_nodes(h); },
               [&](const command::ArmTimer& a) { arm(a); },
               [&](const command::CancelTimer& x) { timers[static_cast<size_t>(x.id)]->cancel(); },
               [&](const command::Record& r) {
-                events.write(r.type, r.fields);
+                record(r.type, r.fields);
                 if (r.type == "attempt_end") keeper->on_attempt_ended();
               },
               [&](const command::Hook& h) {
@@ -134,6 +159,8 @@ struct Supervisor::Impl {
               [&](const command::AckNotice& a) {
                 auto it = notices.find(a.notice_id);
                 if (it != notices.end() && on_acknowledge) on_acknowledge(it->second);
+                // A notice of another node: that node acknowledges it.
+                if (it == notices.end()) for (auto& [id, send] : remote) send(a);
               },
               [&](const command::Quarantine& q) { quarantine(q); },
               [&](const command::Finish& f) { finish(f); },
@@ -185,7 +212,7 @@ struct Supervisor::Impl {
             const std::string state =
                 e.state == checkpoint::CheckpointState::kComplete ? "complete"
                                                                   : std::string(checkpoint_state_name(e.state));
-            events.write("resume_skipped", {{"step", e.step}, {"state", state}, {"why", e.reason}});
+            record("resume_skipped", {{"step", e.step}, {"state", state}, {"why", e.reason}});
             spdlog::warn("resume: skipping step {}: {}", e.step, e.reason);
           }
           event::ResumeFound found{epoch, std::nullopt, "", false};
@@ -206,11 +233,11 @@ struct Supervisor::Impl {
       if (weak.expired()) return;
       if (!r.ok()) {
         spdlog::error("quarantine of step {}: {}", q.step, r.error().message());
-        events.write("quarantine_failed", {{"step", q.step}, {"error", r.error().message()}});
+        record("quarantine_failed", {{"step", q.step}, {"error", r.error().message()}});
         return;
       }
       spdlog::error("checkpoint of step {} set aside in {}: {}", q.step, *r, q.reason);
-      events.write("quarantined", {{"step", q.step}, {"path", *r}, {"reason", q.reason}});
+      record("quarantined", {{"step", q.step}, {"path", *r}, {"reason", q.reason}});
     });
   }
 
@@ -220,8 +247,9 @@ struct Supervisor::Impl {
       spdlog::info("job {}: {} (exit {})", what, f.summary, f.exit_code);
     else
       spdlog::warn("job {}: {} (exit {})", what, f.summary, f.exit_code);
-    node->stop();
+    if (node) node->stop();
     keeper->close(f.exit_code == kExitPreempted, committed_this_run);
+    if (on_finish) on_finish(f.exit_code, f.summary);
   }
 
   // Attempt numbers keep growing across `shardguard run` invocations on the same run dir and
@@ -242,8 +270,8 @@ struct Supervisor::Impl {
   }
 };
 
-Supervisor::Supervisor(const io::Deps& deps, JobConfig config)
-    : impl_(std::make_unique<Impl>(deps, std::move(config))) {}
+Supervisor::Supervisor(const io::Deps& deps, JobConfig config, SupervisorOptions options)
+    : impl_(std::make_unique<Impl>(deps, std::move(config), std::move(options))) {}
 
 Supervisor::~Supervisor() {
   *impl_->alive = false;
@@ -252,7 +280,8 @@ Supervisor::~Supervisor() {
 
 Status Supervisor::start() {
   Impl& m = *impl_;
-  if (m.cfg.command.empty()) return Error(ErrorCode::kInvalid, "no command to run");
+  if (m.opt.local_node && m.cfg.command.empty())
+    return Error(ErrorCode::kInvalid, "no command to run");
   if (m.cfg.nproc == 0) return Error(ErrorCode::kInvalid, "nproc must be at least 1");
   SG_RETURN_IF_ERROR(m.d.fs.create_dirs(m.cfg.run_dir));
   SG_RETURN_IF_ERROR(m.d.fs.create_dirs(m.cfg.checkpoint_dir));
@@ -269,36 +298,72 @@ Status Supervisor::start() {
   m.keeper->set_on_lost([p](const std::string& why) {
     p->feed(event::Abort{"the checkpoint directory was taken over: " + why, kExitConfig});
   });
-  m.launcher = std::make_unique<LocalLauncher>(m.d.loop, m.d.launcher);
-  NodeRunnerOptions o;
-  o.node = 0;
-  o.config = m.cfg;
-  o.control_socket = control_socket_path(m.cfg.run_dir);
-  o.run_dir = m.cfg.run_dir;
-  m.node = std::make_unique<NodeRunner>(
-      m.d, std::move(o), *m.launcher, [p](Event e) { p->feed(std::move(e)); },
-      [p](std::string_view type, EventFields fields) { p->events.write(type, fields); });
-  SG_RETURN_IF_ERROR(m.node->start());
-  m.events.write("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
+  if (m.opt.local_node) {
+    m.launcher = std::make_unique<LocalLauncher>(m.d.loop, m.d.launcher);
+    NodeRunnerOptions o;
+    o.node = m.opt.local_node_id;
+    o.config = m.cfg;
+    o.control_socket = control_socket_path(m.cfg.run_dir);
+    o.run_dir = m.cfg.run_dir;
+    m.node = std::make_unique<NodeRunner>(
+        m.d, std::move(o), *m.launcher, [p](Event e) { p->feed(std::move(e)); },
+        [p](std::string_view type, EventFields fields) { p->record(type, fields); });
+    SG_RETURN_IF_ERROR(m.node->start());
+  }
+  // Earlier runs in this run dir count towards the goodput, as `status` counts them.
+  if (auto past = m.d.fs.read_file(m.events.path()); past.ok()) {
+    size_t from = 0;
+    while (from < past->size()) {
+      size_t nl = past->find('\n', from);
+      if (nl == std::string::npos) nl = past->size();
+      m.timeline.add_line(std::string_view(*past).substr(from, nl - from));
+      from = nl + 1;
+    }
+  }
+  m.record("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
                            {"checkpoint_dir", m.cfg.checkpoint_dir}, {"first_attempt", first}});
   m.feeding = true;  // the start's commands run before the first event
   m.execute(m.machine.start(m.now(), first));
   m.feeding = false;
-  m.feed(event::NodeJoined{0, m.cfg.master_addr});
+  if (m.opt.local_node)
+    m.feed(event::NodeJoined{m.opt.local_node_id,
+                             m.opt.local_address.empty() ? m.cfg.master_addr : m.opt.local_address});
   return {};
+}
+
+void Supervisor::add_node(NodeId node, const std::string& address,
+                          std::function<void(const Command&)> send, std::optional<Epoch> running) {
+  Impl& m = *impl_;
+  if (running && !m.machine.runs_on(node, *running)) {
+    spdlog::warn("node {} still runs ranks of attempt {}: stopping them", node, *running);
+    send(command::TearDown{*running, "a stale attempt on a rejoining node"});
+  }
+  m.remote[node] = std::move(send);
+  m.feed(event::NodeJoined{node, address});
+}
+
+void Supervisor::remove_node(NodeId node, const std::string& why) {
+  impl_->remote.erase(node);
+  impl_->feed(event::NodeLost{node, why});
+}
+
+void Supervisor::node_event(Event event) { impl_->feed(std::move(event)); }
+
+void Supervisor::set_on_finish(std::function<void(int, const std::string&)> cb) {
+  impl_->on_finish = std::move(cb);
 }
 
 void Supervisor::notice(const agent::Notice& n) {
   Impl& m = *impl_;
   event::Notice e;
-  e.node = 0;
+  e.node = m.opt.local_node_id;
   e.action = n.is_preemption ? NoticeAction::kStop : NoticeAction::kCheckpoint;
   e.source = n.source;
   e.kind = n.kind;
   e.detail = n.detail;
   e.deadline = n.deadline;
   e.preemption = n.is_preemption && n.source != "drain";
-  e.id = m.next_notice_id++;
+  e.id = (uint64_t{m.opt.local_node_id} << 32) | m.next_notice_id++;
   m.notices[e.id] = n;
   spdlog::warn("notice from {}: {} ({} left)", n.source, n.kind,
                format_duration(n.deadline - m.d.clock.wall_now()));
@@ -308,7 +373,7 @@ void Supervisor::notice(const agent::Notice& n) {
 void Supervisor::report_unhealthy(const std::string& evidence) {
   Impl& m = *impl_;
   spdlog::error("node unhealthy: {}", evidence);
-  m.feed(event::NodeUnhealthy{0, evidence, m.d.clock.wall_now() + m.cfg.grace});
+  m.feed(event::NodeUnhealthy{m.opt.local_node_id, evidence, m.d.clock.wall_now() + m.cfg.grace});
 }
 
 void Supervisor::set_on_lifecycle(
@@ -355,6 +420,7 @@ std::string Supervisor::metrics_text() const {
   line("# TYPE shardguard_running_seconds_total counter");
   line("shardguard_running_seconds_total " +
        std::to_string(std::chrono::duration<double>(s.running_time).count()));
+  out += goodput_metrics(m.timeline.goodput(to_unix_ms(m.d.clock.wall_now())));
   return out;
 }
 

@@ -17,12 +17,25 @@
 #include "core/result.h"
 #include "io/deps.h"
 #include "supervisor/job_config.h"
+#include "supervisor/machine_events.h"
 
 namespace shardguard::supervisor {
 
+// Where the shell's nodes are: one node in this process (a single-node run), this process's
+// node plus others over the network (the coordinator embedded in node rank 0), or only others
+// (`shardguard coordinator` on a machine that outlives the nodes).
+struct SupervisorOptions {
+  bool local_node = true;
+  NodeId local_node_id = 0;
+  std::string local_address;  // MASTER_ADDR when the local node hosts rank 0 (default: config's)
+  uint32_t min_nodes = 1;
+  uint32_t max_nodes = 1;
+  Duration join_window = std::chrono::seconds(0);
+};
+
 class Supervisor {
  public:
-  Supervisor(const io::Deps& deps, JobConfig config);
+  Supervisor(const io::Deps& deps, JobConfig config, SupervisorOptions options = {});
   ~Supervisor();
 
   // Takes the checkpoint directory (its lease and job id), prepares the run directory and the
@@ -44,6 +57,16 @@ class Supervisor {
   // Called for a notice once the emergency checkpoint it asked for has committed (Azure's
   // StartRequests).
   void set_on_acknowledge(std::function<void(const agent::Notice&)> cb);
+
+  // Multi-node (the network side, supervisor/cluster_server.h, calls these): a node joined and
+  // commands for it go through `send`; a node left; a node reported an event.
+  // `running`: the epoch whose ranks the node still runs (a rejoin), stopped unless current.
+  void add_node(NodeId node, const std::string& address,
+                std::function<void(const Command&)> send, std::optional<Epoch> running = {});
+  void remove_node(NodeId node, const std::string& why);
+  void node_event(Event event);
+  // Called once when the job ends, with its exit code and summary (to tell the nodes).
+  void set_on_finish(std::function<void(int exit_code, const std::string& summary)> cb);
 
   // True once the job has ended; exit_code() is then the code of `shardguard run`.
   bool finished() const;

@@ -91,10 +91,15 @@ Shard init_shard(const TrainConfig& c, uint64_t row0, uint64_t rows) {
   return s;
 }
 
+float lr_scale_from_global_loss(double global_loss) {
+  if (!(global_loss > 0)) return 1.0f;
+  return 1.0f / (1.0f + 1e-3f * float(std::log1p(global_loss)));
+}
+
 double train_step(const TrainConfig& c, const DataSet& data, const std::vector<uint64_t>& batch,
-                  uint64_t step, Shard& shard) {
+                  uint64_t step, Shard& shard, float lr_scale) {
   constexpr float kBeta1 = 0.9f, kBeta2 = 0.999f, kEps = 1e-8f;
-  const float lr = learning_rate(c, step);
+  const float lr = learning_rate(c, step) * lr_scale;
   const float bc1 = 1.0f - std::pow(kBeta1, float(step));
   const float bc2 = 1.0f - std::pow(kBeta2, float(step));
   std::vector<float> grad(c.in_dim);

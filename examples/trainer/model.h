@@ -68,7 +68,11 @@ struct Shard {
 
 Shard init_shard(const TrainConfig& c, uint64_t row0, uint64_t rows);
 // One Adam step on the owned rows for this batch; returns the rows' summed squared error.
+// `lr_scale` multiplies the learning rate (1 unless the trainer all-reduces: then it comes from
+// the previous step's loss summed over every rank, so every row depends on every rank).
 double train_step(const TrainConfig& c, const DataSet& data, const std::vector<uint64_t>& batch,
-                  uint64_t step, Shard& shard);
+                  uint64_t step, Shard& shard, float lr_scale = 1.0f);
+// The learning-rate scale from the previous step's global loss (1 for none).
+float lr_scale_from_global_loss(double global_loss);
 
 }  // namespace shardguard::example

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "examples/trainer/model.h"
+#include "examples/trainer/tcp_allreduce.h"
 #include "hooks/client.h"
 
 using namespace shardguard;
@@ -34,7 +35,13 @@ struct Flags {
   int64_t fault_attempt = 0;
   uint32_t fault_rank = 0;
   std::string spawn_child_pid_file;  // start a `sleep` grandchild, write its pid here
+  // A per-step all-reduce over TCP between ranks (MASTER_ADDR:MASTER_PORT): the previous
+  // step's loss summed over ranks scales the learning rate, so ranks block on each other.
+  bool allreduce = false;
 };
+
+// The global loss of the step before, carried in checkpoints for a bit-exact resume.
+double g_prev_global_loss = 0;
 
 bool fault_applies(const Flags& f, const hooks::ClientOptions& o) {
   return o.rank == f.fault_rank &&
@@ -58,11 +65,12 @@ Status save(hooks::Client& client, const Flags& f, const Shard& shard, const Dat
                   double(f.cfg.lr), static_cast<unsigned long long>(f.cfg.warmup),
                   static_cast<unsigned long long>(f.cfg.steps),
                   double(learning_rate(f.cfg, step)));
-    char user[128];
-    std::snprintf(user, sizeof user, R"({"rows":%llu,"in_dim":%llu,"seed":%llu})",
+    char user[192];
+    std::snprintf(user, sizeof user,
+                  R"({"rows":%llu,"in_dim":%llu,"seed":%llu,"allreduce_prev":"%a"})",
                   static_cast<unsigned long long>(f.cfg.rows),
                   static_cast<unsigned long long>(f.cfg.in_dim),
-                  static_cast<unsigned long long>(f.cfg.seed));
+                  static_cast<unsigned long long>(f.cfg.seed), g_prev_global_loss);
     w.set_global_state({step, lr, user});
   }
   return client.save(std::move(w), final_save ? std::optional(checkpoint::SaveReason::kFinal)
@@ -90,6 +98,10 @@ Result<uint64_t> resume(hooks::Client& client, const Flags& f, Shard& shard, Dat
   const auto& st = reader->rank_state(rank < reader->manifest().world_size ? rank : 0);
   if (!loader.restore(st.rng, st.data_position))
     return Error(ErrorCode::kCorrupt, "checkpoint data loader state does not parse");
+  const std::string& user = reader->global().user;
+  const std::string key = "\"allreduce_prev\":\"";
+  if (auto at = user.find(key); at != std::string::npos)
+    g_prev_global_loss = std::strtod(user.c_str() + at + key.size(), nullptr);
   return reader->global().step;
 }
 
@@ -132,6 +144,19 @@ int run(const Flags& f) {
       std::fclose(pf);
     }
   }
+  std::unique_ptr<TcpAllReduce> collective;
+  if (f.allreduce && o.world_size > 1) {
+    const char* addr = std::getenv("MASTER_ADDR");
+    const char* port = std::getenv("MASTER_PORT");
+    auto c = TcpAllReduce::connect(o.rank, o.world_size, addr ? addr : "127.0.0.1",
+                                   static_cast<uint16_t>(port ? std::atoi(port) : 29500),
+                                   std::chrono::seconds(60));
+    if (!c.ok()) {
+      spdlog::error("trainer rank {}: {}", o.rank, c.error().message());
+      return 1;
+    }
+    collective = std::move(*c);
+  }
   for (uint64_t step = *start + 1; step <= f.cfg.steps; ++step) {
     if (fault_applies(f, o) &&
         (step == f.fail_at_step || (f.fail_after && step == *start + f.fail_after))) {
@@ -143,7 +168,20 @@ int run(const Flags& f) {
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
     const auto batch = loader.next_batch();
-    const double loss = train_step(f.cfg, data, batch, step, shard);
+    const float scale = f.allreduce ? lr_scale_from_global_loss(g_prev_global_loss) : 1.0f;
+    const double loss = train_step(f.cfg, data, batch, step, shard, scale);
+    if (f.allreduce) {
+      if (collective) {
+        auto total = collective->sum(loss);
+        if (!total.ok()) {
+          spdlog::error("trainer rank {}: step {}: {}", o.rank, step, total.error().message());
+          return 1;
+        }
+        g_prev_global_loss = *total;
+      } else {
+        g_prev_global_loss = loss;
+      }
+    }
     (*client)->heartbeat(step);
     if (f.log_every && step % f.log_every == 0)
       spdlog::info("trainer rank {}: step {} loss {:.6f} lr {:.6f}", o.rank, step,
@@ -206,6 +244,9 @@ int main(int argc, char** argv) {
   faults->add_option("--hang-at-step", f.hang_at_step, "stop heartbeating at this step");
   faults->add_option("--fault-attempt", f.fault_attempt, "attempt the faults apply to (-1: all)");
   faults->add_option("--fault-rank", f.fault_rank, "rank the faults apply to");
+  app.add_flag("--allreduce", f.allreduce,
+               "all-reduce the loss over TCP every step (MASTER_ADDR:MASTER_PORT): ranks block on "
+               "each other as in data-parallel training");
   faults->add_option("--spawn-child", f.spawn_child_pid_file,
                      "start a `sleep` grandchild and write its pid to this file");
   CLI11_PARSE(app, argc, argv);

@@ -36,6 +36,8 @@ TEST_CASE("every duration has a ceiling; past it is an error naming the key", "[
     std::string section, key, at_ceiling, past, also = "";
   };
   const Ceiling c = GENERATE(values<Ceiling>({
+      {"job", "coordinator_timeout", "1d", "2d"},
+      {"job", "rendezvous_timeout", "1d", "2d"},
       {"checkpoint", "every", "31d", "32d"},
       {"checkpoint", "mtbf", "3653d", "3654d"},
       {"checkpoint", "commit_timeout", "1d", "1d1s"},
@@ -94,6 +96,8 @@ TEST_CASE("every key of the schema, when set, changes the configuration", "[unit
       {"[job]\ncommand = [\"a\", \"b\"]", [](auto& c) { return c.command.size() == 2; }},
       {"[job.env]\nX = \"1\"", [](auto& c) { return c.env.count("X") == 1; }},
       {"[job]\ngroup = 7", [](auto& c) { return c.group == 7u; }},
+      {"[job]\ncoordinator_timeout = \"7s\"", [](auto& c) { return c.coordinator_timeout == 7s; }},
+      {"[job]\nrendezvous_timeout = \"7s\"", [](auto& c) { return c.rendezvous_timeout == 7s; }},
       {"[checkpoint]\ninterval = \"time\"",
        [](auto& c) { return c.interval_mode == IntervalMode::kTime; }},
       {"[checkpoint]\nevery_steps = 7", [](auto& c) { return c.every_steps == 7; }},
@@ -144,6 +148,7 @@ TEST_CASE("every key of the schema, when set, changes the configuration", "[unit
       {"[stop]\nsafety_margin = \"7s\"", [](auto& c) { return c.safety_margin == 7s; }},
       {"[stop]\nterm_grace = \"7s\"", [](auto& c) { return c.term_grace == 7s; }},
       {"[metrics]\nport = 7777", [](auto& c) { return c.metrics_port == 7777; }},
+      {"[metrics]\naddress = \"0.0.0.0\"", [](auto& c) { return c.metrics_address == "0.0.0.0"; }},
       {"[log]\nformat = \"json\"", [](auto& c) { return c.log_format == "json"; }},
       {"[log]\nlevel = \"warn\"", [](auto& c) { return c.log_level == "warn"; }},
       {"[[hooks]]\nevent = \"restart\"\ncommand = [\"true\"]",

@@ -1,0 +1,264 @@
+#include "supervisor/cluster_client.h"
+
+#include <spdlog/spdlog.h>
+
+#include <deque>
+#include <map>
+
+#include "core/exit_codes.h"
+#include "io/secure_channel.h"
+#include "supervisor/node_protocol.h"
+
+namespace shardguard::supervisor {
+namespace {
+
+using namespace std::chrono_literals;
+
+template <typename... Ts>
+struct Overload : Ts... {
+  using Ts::operator()...;
+};
+template <typename... Ts>
+Overload(Ts...) -> Overload<Ts...>;
+
+constexpr size_t kMaxBufferedEvents = 4096;
+
+}  // namespace
+
+struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
+  io::Deps d;
+  ClusterClientOptions opt;
+  NodeRunner& runner;
+  std::unique_ptr<io::SecureChannel> channel;
+  std::unique_ptr<Timer> beat_timer, flush_timer, reconnect_timer;
+  std::optional<io::ConnectionId> conn;
+  bool welcomed_once = false;
+  bool in_session = false;  // welcomed on the current connection
+  std::optional<SteadyTime> away_since;
+  bool finished = false;
+  int exit_code = 0;
+  bool giving_up = false;
+  std::string job_id;
+  // Steps to forward, by epoch and rank (the newest wins).
+  std::map<uint32_t, uint64_t> pending_steps;
+  Epoch pending_epoch = 0;
+  std::deque<Event> buffered;  // while away
+  std::map<uint64_t, agent::Notice> notices;
+  uint64_t next_notice = 1;
+  std::function<void(const agent::Notice&)> on_ack;
+
+  Impl(const io::Deps& deps, ClusterClientOptions o, NodeRunner& r)
+      : d(deps), opt(std::move(o)), runner(r), job_id(opt.job_id) {}
+
+  void send(const wire::NodeToCoordinator& m) {
+    if (!conn || !in_session) return;
+    if (auto st = channel->send(*conn, wire::encode(m)); !st.ok())
+      spdlog::warn("node: to the coordinator: {}", st.error().message());
+  }
+
+  void connect() {
+    if (finished) return;
+    auto c = channel->connect(opt.host, opt.port, io::ConnectOptions{2s, 1, 100ms, 1s});
+    if (!c.ok()) {
+      spdlog::error("node: connect to {}:{}: {}", opt.host, opt.port, c.error().message());
+      return schedule_reconnect();
+    }
+    conn = *c;
+  }
+
+  void schedule_reconnect() {
+    if (finished) return;
+    if (!away_since) away_since = d.clock.now();
+    if (d.clock.now() - *away_since > opt.coordinator_timeout) return give_up();
+    reconnect_timer->arm(500ms, [this] { connect(); });
+  }
+
+  void on_connected(io::ConnectionId id) {
+    if (!conn || id != *conn) return;
+    wire::Join j;
+    j.node = welcomed_once ? std::optional<NodeId>(runner.node()) : opt.node_rank;
+    j.name = opt.name;
+    j.address = opt.address;
+    j.nproc = opt.nproc;
+    j.job_id = job_id;
+    j.epoch = runner.running_epoch();
+    j.rejoin = welcomed_once;
+    // The only message before the welcome.
+    if (auto st = channel->send(*conn, wire::encode(wire::NodeToCoordinator(j))); !st.ok())
+      spdlog::warn("node: join: {}", st.error().message());
+  }
+
+  void on_message(io::ConnectionId id, const std::string& payload) {
+    if (!conn || id != *conn) return;
+    auto msg = wire::decode_from_coordinator(payload);
+    if (!msg.ok()) {
+      spdlog::warn("node: bad message from the coordinator: {}", msg.error().message());
+      return;
+    }
+    std::visit(Overload{[&](const wire::Welcome& w) { on_welcome(w); },
+                        [&](const Command& c) { on_command(c); },
+                        [&](const wire::Finish& f) {
+                          spdlog::info("node: the job is over: {} (exit {})", f.summary, f.exit_code);
+                          finish(f.exit_code);
+                        },
+                        [&](const wire::Refuse& r) {
+                          spdlog::error("node: the coordinator refused this node: {}", r.why);
+                          finish(kExitConfig);
+                        }},
+               *msg);
+  }
+
+  void on_welcome(const wire::Welcome& w) {
+    if (welcomed_once && w.node != runner.node())
+      spdlog::warn("node: the coordinator renamed this node from {} to {}", runner.node(), w.node);
+    runner.set_node(w.node);
+    runner.set_job_id(w.job_id);
+    job_id = w.job_id;
+    welcomed_once = true;
+    in_session = true;
+    away_since.reset();
+    spdlog::info("node: joined job '{}' as node {}", w.job_id, w.node);
+    while (!buffered.empty()) {
+      send(buffered.front());
+      buffered.pop_front();
+    }
+    flush_steps();
+  }
+
+  void on_command(const Command& c) {
+    if (auto* a = std::get_if<command::AckNotice>(&c)) {
+      const uint64_t local = a->notice_id & 0xffffffffu;
+      if ((a->notice_id >> 32) != runner.node()) return;
+      if (auto it = notices.find(local); it != notices.end() && on_ack) on_ack(it->second);
+      return;
+    }
+    runner.apply(c);
+  }
+
+  void on_closed(io::ConnectionId id, const std::string& reason) {
+    if (!conn || id != *conn) return;
+    conn.reset();
+    in_session = false;
+    if (finished) return;
+    if (reason.find("handshake failed") != std::string::npos &&
+        reason.find("waiting for") == std::string::npos) {
+      // The coordinator does not share our secret (or someone altered the exchange): trying
+      // again will not change that.
+      spdlog::error("node: could not authenticate with the coordinator: {}", reason);
+      return finish(kExitConfig);
+    }
+    spdlog::warn("node: lost the coordinator ({}); the ranks keep training while it is away",
+                 reason);
+    schedule_reconnect();
+  }
+
+  void report(Event e) {
+    if (auto* h = std::get_if<event::Heartbeats>(&e)) {
+      if (h->epoch != pending_epoch) pending_steps.clear();
+      pending_epoch = h->epoch;
+      for (const auto& r : h->ranks) pending_steps[r.rank] = r.step;
+      if (!flush_timer->armed()) flush_timer->arm(opt.step_forward_interval, [this] { flush_steps(); });
+      return;
+    }
+    if (giving_up && std::holds_alternative<event::NodeStopped>(e)) return finish(kExitPreempted);
+    // Step reports before this event, so the coordinator sees them in order.
+    flush_steps();
+    if (in_session) return send(e);
+    if (buffered.size() < kMaxBufferedEvents) buffered.push_back(std::move(e));
+  }
+
+  void flush_steps() {
+    flush_timer->cancel();
+    if (pending_steps.empty() || !in_session) return;
+    event::Heartbeats h{pending_epoch, {}, std::nullopt};
+    for (const auto& [rank, step] : pending_steps) h.ranks.push_back({rank, step});
+    pending_steps.clear();
+    send(Event(std::move(h)));
+  }
+
+  void beat() {
+    send(wire::Beat{});
+    beat_timer->arm(opt.heartbeat, [this] { beat(); });
+  }
+
+  // The coordinator stayed away too long: stop the ranks (nobody decides for them any more)
+  // and end so that the scheduler can requeue.
+  void give_up() {
+    if (giving_up) return;
+    giving_up = true;
+    spdlog::error("node: no coordinator for {} s; stopping this node's ranks",
+                  std::chrono::duration_cast<std::chrono::seconds>(opt.coordinator_timeout).count());
+    auto epoch = runner.running_epoch();
+    if (!epoch) return finish(kExitPreempted);
+    runner.apply(command::TearDown{*epoch, "no coordinator"});
+  }
+
+  void finish(int code) {
+    if (finished) return;
+    finished = true;
+    exit_code = code;
+    beat_timer->cancel();
+    flush_timer->cancel();
+    reconnect_timer->cancel();
+    runner.stop();
+  }
+};
+
+ClusterClient::ClusterClient(const io::Deps& deps, ClusterClientOptions options, NodeRunner& runner)
+    : impl_(std::make_shared<Impl>(deps, std::move(options), runner)) {
+  io::SecureChannelOptions o;
+  o.secret = impl_->opt.secret;
+  o.name = impl_->opt.name.empty() ? "node" : impl_->opt.name;
+  o.uniform01 = deps.random.as_function();
+  Impl* p = impl_.get();
+  o.on_connected = [p](io::ConnectionId id, const std::string&) { p->on_connected(id); };
+  o.on_message = [p](io::ConnectionId id, std::string payload) { p->on_message(id, payload); };
+  o.on_closed = [p](io::ConnectionId id, const std::string& reason) { p->on_closed(id, reason); };
+  impl_->channel = std::make_unique<io::SecureChannel>(deps.loop, std::move(o));
+  impl_->beat_timer = deps.timers.make_timer();
+  impl_->flush_timer = deps.timers.make_timer();
+  impl_->reconnect_timer = deps.timers.make_timer();
+}
+
+ClusterClient::~ClusterClient() {
+  impl_->beat_timer->cancel();
+  impl_->flush_timer->cancel();
+  impl_->reconnect_timer->cancel();
+}
+
+Status ClusterClient::start() {
+  impl_->connect();
+  impl_->beat();
+  return {};
+}
+
+void ClusterClient::report(Event event) { impl_->report(std::move(event)); }
+
+void ClusterClient::notice(const agent::Notice& n) {
+  Impl& m = *impl_;
+  event::Notice e;
+  e.node = m.runner.node();
+  e.action = n.is_preemption ? NoticeAction::kStop : NoticeAction::kCheckpoint;
+  e.source = n.source;
+  e.kind = n.kind;
+  e.detail = n.detail;
+  e.deadline = n.deadline;
+  e.preemption = n.is_preemption && n.source != "drain";
+  e.id = m.next_notice++;
+  m.notices[e.id] = n;
+  m.report(e);
+}
+
+void ClusterClient::unhealthy(const std::string& evidence, WallTime deadline) {
+  impl_->report(event::NodeUnhealthy{impl_->runner.node(), evidence, deadline});
+}
+
+void ClusterClient::set_on_acknowledge(std::function<void(const agent::Notice&)> cb) {
+  impl_->on_ack = std::move(cb);
+}
+
+bool ClusterClient::finished() const { return impl_->finished; }
+int ClusterClient::exit_code() const { return impl_->exit_code; }
+const std::string& ClusterClient::job_id() const { return impl_->job_id; }
+
+}  // namespace shardguard::supervisor

@@ -1,0 +1,61 @@
+// A node supervisor's network side (DESIGN.md 6b): connects to the coordinator over an
+// authenticated connection, joins (asking for its node rank, or its old id when rejoining),
+// heartbeats every second, forwards what its NodeRunner reports (step changes batched, at most
+// one report per `step_forward_interval`) and its local notices, and applies the commands it
+// receives to the NodeRunner. While the coordinator is away the ranks keep training and the
+// client keeps reconnecting; after `coordinator_timeout` without one it gives up.
+// Thread-safety: loop thread only.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "agent/notice.h"
+#include "core/result.h"
+#include "io/deps.h"
+#include "net/secret.h"
+#include "supervisor/machine_events.h"
+#include "supervisor/node_runner.h"
+
+namespace shardguard::supervisor {
+
+struct ClusterClientOptions {
+  std::string host;
+  uint16_t port = 0;
+  std::shared_ptr<const net::Secret> secret;
+  std::string name;                     // this node's name (host name) for logs
+  std::string address;                  // where ranks reach this node (MASTER_ADDR)
+  std::optional<NodeId> node_rank;      // asked for at the first join
+  uint32_t nproc = 1;
+  std::string job_id;                   // empty: the coordinator's
+  Duration heartbeat = std::chrono::seconds(1);
+  Duration step_forward_interval = std::chrono::milliseconds(100);
+  Duration coordinator_timeout = std::chrono::minutes(2);
+};
+
+class ClusterClient {
+ public:
+  // `runner` is this node's; its reports must go to report() (see NodeRunner's constructor).
+  ClusterClient(const io::Deps& deps, ClusterClientOptions options, NodeRunner& runner);
+  ~ClusterClient();
+
+  Status start();
+  // What the node runner reports.
+  void report(Event event);
+  // A notice from this node's agent; `on_ack` is called if the coordinator acknowledges it.
+  void notice(const agent::Notice& notice);
+  void unhealthy(const std::string& evidence, WallTime deadline);
+  void set_on_acknowledge(std::function<void(const agent::Notice&)> cb);
+  // The job is over (the coordinator said so, or it stayed away): the exit code to use.
+  bool finished() const;
+  int exit_code() const;
+  const std::string& job_id() const;
+
+ private:
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace shardguard::supervisor
