@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   cli::add_report_command(app, &exit_code);
   cli::add_drain_command(app, &exit_code);
   cli::add_agent_command(app, &exit_code);
+  cli::add_coordinator_command(app, &exit_code);
   cli::add_secret_command(app, &exit_code);
 
   // Logging is set up before any subcommand callback runs: from the flags, else from [log]

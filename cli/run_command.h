@@ -13,6 +13,7 @@ namespace shardguard::cli {
 void add_run_command(CLI::App& app, int* exit_code);
 void add_drain_command(CLI::App& app, int* exit_code);
 void add_agent_command(CLI::App& app, int* exit_code);
+void add_coordinator_command(CLI::App& app, int* exit_code);
 void add_status_command(CLI::App& app, int* exit_code);
 
 }  // namespace shardguard::cli

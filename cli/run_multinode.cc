@@ -1,10 +1,14 @@
 #include "cli/run_multinode.h"
 
 #include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netdb.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "cli/job_services.h"
 #include "cli/node_services.h"
@@ -14,6 +18,7 @@
 #include "net/secret.h"
 #include "supervisor/cluster_client.h"
 #include "supervisor/cluster_server.h"
+#include "supervisor/coordinator_log.h"
 #include "supervisor/event_log.h"
 #include "supervisor/local_launcher.h"
 #include "supervisor/node_runner.h"
@@ -38,6 +43,34 @@ std::string listen_address(const std::string& host) {
   if (::inet_pton(AF_INET, host.c_str(), buf) == 1 || ::inet_pton(AF_INET6, host.c_str(), buf) == 1)
     return host;
   return "0.0.0.0";
+}
+
+// Whether `host` names this node: the address it was told it has, or (when it was told none)
+// an address one of its interfaces holds. Node rank 0 embeds the coordinator only then: an
+// endpoint elsewhere is a standalone `shardguard coordinator`.
+bool endpoint_is_here(const std::string& host, const std::string& node_address) {
+  if (!node_address.empty()) return host == node_address;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &found) != 0) return false;
+  ifaddrs* ifs = nullptr;
+  bool here = false;
+  if (::getifaddrs(&ifs) == 0) {
+    for (addrinfo* a = found; a && !here; a = a->ai_next)
+      for (ifaddrs* i = ifs; i && !here; i = i->ifa_next) {
+        if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != a->ai_family) continue;
+        if (a->ai_family == AF_INET)
+          here = reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr.s_addr ==
+                 reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr.s_addr;
+        else if (a->ai_family == AF_INET6)
+          here = std::memcmp(&reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr,
+                             &reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr, 16) == 0;
+      }
+    ::freeifaddrs(ifs);
+  }
+  ::freeaddrinfo(found);
+  return here;
 }
 
 int fail(const std::string& message, int code) {
@@ -79,58 +112,161 @@ int run_coordinator(ProductionDeps& production, supervisor::Supervisor& sup,
   return sup.exit_code();
 }
 
-// A node that follows the coordinator: its ranks, its services, the connection.
-int run_node(ProductionDeps& production, const supervisor::JobConfig& cfg,
-             std::shared_ptr<const net::Secret> secret, const MultiNodeArgs& args) {
-  const io::Deps& deps = production.deps();
-  if (auto st = deps.fs.create_dirs(cfg.run_dir); !st.ok()) return fail(st.error().message(), kExitFailure);
-  auto events = supervisor::EventLog::open(join_path(cfg.run_dir, "events.jsonl"), deps.clock);
-  if (!events.ok()) return fail(events.error().message(), kExitFailure);
-  supervisor::LocalLauncher launcher(deps.loop, deps.launcher);
-  supervisor::ClusterClient* client_ptr = nullptr;
-  supervisor::NodeRunnerOptions ro;
-  ro.node = args.placement.node_rank.value_or(0);
-  ro.config = cfg;
-  ro.control_socket = supervisor::control_socket_path(cfg.run_dir);
-  ro.run_dir = cfg.run_dir;
-  supervisor::NodeRunner runner(
-      deps, ro, launcher,
-      [&](supervisor::Event e) {
-        if (client_ptr) client_ptr->report(std::move(e));
-      },
-      [&](std::string_view type, supervisor::EventFields fields) { events->write(type, fields); });
-  if (auto st = runner.start(); !st.ok()) return fail(st.error().message(), kExitFailure);
-  supervisor::ClusterClientOptions co;
-  co.host = args.placement.rdzv.host;
-  co.port = args.placement.rdzv.port;
-  co.secret = secret;
-  co.name = host_name();
-  co.address = args.node_address;
-  co.node_rank = args.placement.node_rank;
-  co.nproc = cfg.nproc;
-  co.job_id = cfg.job_id;
-  co.coordinator_timeout = cfg.coordinator_timeout;
-  supervisor::ClusterClient client(deps, co, runner);
-  client_ptr = &client;
-  NodeServices node(deps, cfg,
-                    {[&](const agent::Notice& n) { client.notice(n); },
-                     [&](const std::string& evidence) {
-                       client.unhealthy(evidence, deps.clock.wall_now() + cfg.grace);
-                     },
-                     [] { return std::string("notice sent to the coordinator"); },
-                     [&] { return client.finished(); }});
-  client.set_on_acknowledge([&](const agent::Notice& n) { node.acknowledge(n); });
-  events->write("start", {{"role", std::string("node")},
-                          {"coordinator", agent::to_string(args.placement.rdzv)}});
-  if (auto st = client.start(); !st.ok()) return fail(st.error().message(), kExitFailure);
-  if (auto st = node.start(); !st.ok()) return fail(st.error().message(), kExitFailure);
-  spdlog::info("node of a {}-node job; coordinator at {}", agent::to_string(args.placement.nnodes),
-               agent::to_string(args.placement.rdzv));
-  run_loop(production, [&] { return client.finished(); });
-  node.stop();
-  events->write("finish", {{"exit_code", int64_t{client.exit_code()}}});
-  return client.exit_code();
-}
+// A node that follows the coordinator: its ranks, its services, the connection. When the
+// coordinator stays away, the lowest-numbered surviving node of its record takes over: it
+// adopts the running epoch from the record (the ranks keep training) and the others follow it.
+class FollowerNode {
+ public:
+  FollowerNode(ProductionDeps& production, const supervisor::JobConfig& cfg,
+               std::shared_ptr<const net::Secret> secret, const MultiNodeArgs& args)
+      : production_(production), deps_(production.deps()), cfg_(cfg), secret_(std::move(secret)),
+        args_(args), launcher_(deps_.loop, deps_.launcher) {}
+
+  int run() {
+    if (auto st = deps_.fs.create_dirs(cfg_.run_dir); !st.ok()) return fail(st.error().message(), kExitFailure);
+    auto events = supervisor::EventLog::open(join_path(cfg_.run_dir, "events.jsonl"), deps_.clock);
+    if (!events.ok()) return fail(events.error().message(), kExitFailure);
+    events_ = std::move(*events);
+    supervisor::NodeRunnerOptions ro;
+    ro.node = args_.placement.node_rank.value_or(0);
+    ro.config = cfg_;
+    ro.control_socket = supervisor::control_socket_path(cfg_.run_dir);
+    ro.run_dir = cfg_.run_dir;
+    runner_ = std::make_unique<supervisor::NodeRunner>(
+        deps_, ro, launcher_, [this](supervisor::Event e) { client_->report(std::move(e)); },
+        [this](std::string_view type, supervisor::EventFields fields) { events_.write(type, fields); });
+    if (auto st = runner_->start(); !st.ok()) return fail(st.error().message(), kExitFailure);
+    supervisor::ClusterClientOptions co;
+    co.host = args_.placement.rdzv.host;
+    co.port = args_.placement.rdzv.port;
+    co.secret = secret_;
+    co.name = host_name();
+    co.address = args_.node_address;
+    co.node_rank = args_.placement.node_rank;
+    co.nproc = cfg_.nproc;
+    co.job_id = cfg_.job_id;
+    co.coordinator_timeout = cfg_.coordinator_timeout;
+    client_ = std::make_unique<supervisor::ClusterClient>(deps_, co, *runner_);
+    client_->set_on_away([this] { coordinator_away(); });
+    node_ = std::make_unique<NodeServices>(
+        deps_, cfg_,
+        NoticeSink{[this](const agent::Notice& n) { sup_ ? sup_->notice(n) : client_->notice(n); },
+                   [this](const std::string& evidence) {
+                     if (sup_) return sup_->report_unhealthy(evidence);
+                     client_->unhealthy(evidence, deps_.clock.wall_now() + cfg_.grace);
+                   },
+                   [this] { return sup_ ? sup_->state() : std::string("notice sent to the coordinator"); },
+                   [this] { return finished(); }});
+    client_->set_on_acknowledge([this](const agent::Notice& n) { node_->acknowledge(n); });
+    events_.write("start", {{"role", std::string("node")},
+                            {"coordinator", agent::to_string(args_.placement.rdzv)}});
+    if (auto st = client_->start(); !st.ok()) return fail(st.error().message(), kExitFailure);
+    if (auto st = node_->start(); !st.ok()) return fail(st.error().message(), kExitFailure);
+    spdlog::info("node of a {}-node job; coordinator at {}", agent::to_string(args_.placement.nnodes),
+                 agent::to_string(args_.placement.rdzv));
+    run_loop(production_, [this] { return finished(); });
+    node_->stop();
+    if (server_) server_->stop();
+    if (job_) job_->stop();
+    const int code = exit_code();
+    events_.write("finish", {{"exit_code", int64_t{code}}});
+    return code;
+  }
+
+ private:
+  bool finished() const { return sup_ ? sup_->finished() : client_->finished(); }
+  int exit_code() const { return sup_ ? sup_->exit_code() : client_->exit_code(); }
+
+  // The coordinator has been away for a while: follow its successor, or become it.
+  void coordinator_away() {
+    auto record = supervisor::load_coordinator_state(deps_.fs, cfg_.checkpoint_dir);
+    if (!record.ok() || !*record) {
+      spdlog::warn("node: no coordinator record to find a successor in: {}",
+                   record.ok() ? std::string("none written yet") : record.error().message());
+      return;
+    }
+    const supervisor::CoordinatorState& state = **record;
+    std::vector<supervisor::CoordinatorState::Member> candidates;
+    for (const auto& m : state.members)
+      if (!state.coordinator_node || m.node != *state.coordinator_node) candidates.push_back(m);
+    std::sort(candidates.begin(), candidates.end(),
+              [](const auto& a, const auto& b) { return a.node < b.node; });
+    if (candidates.size() <= successor_index_) {
+      spdlog::warn("node: no successor left to try; waiting for the coordinator");
+      successor_index_ = 0;
+      return client_->retarget(args_.placement.rdzv.host, args_.placement.rdzv.port);
+    }
+    const auto& next = candidates[successor_index_++];
+    if (next.node == runner_->node()) return take_over(state);
+    client_->retarget(next.address, args_.placement.rdzv.port);
+  }
+
+  void take_over(const supervisor::CoordinatorState& state) {
+    spdlog::warn("node {}: the coordinator is gone; taking over from its record", runner_->node());
+    const std::string address = args_.node_address.empty() ? "0.0.0.0" : args_.node_address;
+    supervisor::SupervisorOptions so;
+    so.local_node = false;
+    so.existing_node = runner_.get();
+    so.local_node_id = runner_->node();
+    so.local_address = args_.node_address;
+    so.min_nodes = args_.placement.nnodes.min;
+    so.max_nodes = args_.placement.nnodes.max;
+    so.join_window = args_.join_window;
+    so.write_coordinator_log = true;
+    so.coordinator_address = address + ":" + std::to_string(args_.placement.rdzv.port);
+    so.adopt = state;
+    // The predecessor's own node died with it: it is not waited for.
+    if (state.coordinator_node) {
+      auto& members = so.adopt->members;
+      members.erase(std::remove_if(members.begin(), members.end(),
+                                   [&](const auto& m) { return m.node == *state.coordinator_node; }),
+                    members.end());
+    }
+    supervisor::JobConfig cfg = cfg_;
+    cfg.job_id = state.job_id;
+    auto sup = std::make_unique<supervisor::Supervisor>(deps_, cfg, so);
+    supervisor::ClusterServerOptions sopt;
+    sopt.listen_address = listen_address(address);
+    sopt.port = args_.placement.rdzv.port;
+    sopt.secret = secret_;
+    sopt.nproc_per_node = cfg.nproc;
+    sopt.job_id = state.job_id;
+    auto server = std::make_unique<supervisor::ClusterServer>(deps_, sopt, *sup);
+    client_->detach();
+    auto bound = server->start();
+    Status started = bound.ok() ? sup->start() : Status(bound.error());
+    if (!started.ok()) {
+      // The old coordinator still holds the directory (a partition, not a death): stay a node.
+      spdlog::warn("node: cannot take over: {}; following the coordinator again", started.error().message());
+      runner_->set_report([this](supervisor::Event e) { client_->report(std::move(e)); });
+      successor_index_ = 0;
+      return client_->retarget(args_.placement.rdzv.host, args_.placement.rdzv.port);
+    }
+    sup->set_on_acknowledge([this](const agent::Notice& n) { node_->acknowledge(n); });
+    sup->set_on_finish([this](int code, const std::string& summary) { server_->finish(code, summary); });
+    auto job = JobServices::start(deps_, cfg, *sup);
+    if (job.ok()) job_ = std::move(*job);
+    events_.write("takeover", {{"attempt", state.epoch}, {"listen", so.coordinator_address}});
+    sup_ = std::move(sup);
+    server_ = std::move(server);
+  }
+
+  ProductionDeps& production_;
+  const io::Deps& deps_;
+  supervisor::JobConfig cfg_;
+  std::shared_ptr<const net::Secret> secret_;
+  MultiNodeArgs args_;
+  supervisor::EventLog events_;
+  supervisor::LocalLauncher launcher_;
+  std::unique_ptr<supervisor::NodeRunner> runner_;
+  std::unique_ptr<supervisor::ClusterClient> client_;
+  std::unique_ptr<NodeServices> node_;
+  // Once this node took over as the coordinator.
+  std::unique_ptr<supervisor::Supervisor> sup_;
+  std::unique_ptr<supervisor::ClusterServer> server_;
+  std::unique_ptr<JobServices> job_;
+  size_t successor_index_ = 0;
+};
 
 }  // namespace
 
@@ -151,6 +287,8 @@ int run_multinode(const supervisor::JobConfig& cfg, const MultiNodeArgs& args) {
   so.min_nodes = p.nnodes.min;
   so.max_nodes = p.nnodes.max;
   so.join_window = args.join_window;
+  so.write_coordinator_log = true;
+  so.coordinator_address = agent::to_string(p.rdzv);
   const supervisor::JobConfig& coordinator_cfg = cfg;
   supervisor::ClusterServerOptions sopt;
   sopt.listen_address = listen_address(p.rdzv.host);
@@ -158,8 +296,9 @@ int run_multinode(const supervisor::JobConfig& cfg, const MultiNodeArgs& args) {
   sopt.secret = shared;
   sopt.nproc_per_node = cfg.nproc;
 
-  const bool coordinator_by_rank = p.node_rank && *p.node_rank == 0;
-  if (coordinator_by_rank || !p.node_rank) {
+  const bool here = endpoint_is_here(p.rdzv.host, args.node_address);
+  const bool coordinator_by_rank = p.node_rank && *p.node_rank == 0 && here;
+  if (coordinator_by_rank || (!p.node_rank && here)) {
     // Node rank 0 runs the coordinator; without a rank, whoever binds the endpoint first does.
     supervisor::Supervisor sup(deps, coordinator_cfg, so);
     supervisor::ClusterServer server(deps, sopt, sup);
@@ -170,7 +309,8 @@ int run_multinode(const supervisor::JobConfig& cfg, const MultiNodeArgs& args) {
                   kExitFailure);
     spdlog::info("the endpoint {} is taken: another node coordinates", agent::to_string(p.rdzv));
   }
-  return run_node(production, cfg, shared, args);
+  FollowerNode node(production, cfg, shared, args);
+  return node.run();
 }
 
 }  // namespace shardguard::cli

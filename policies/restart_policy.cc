@@ -120,6 +120,19 @@ uint32_t RestartPolicy::restarts_in_window(ExitClass c, SteadyTime now) const {
       granted.begin(), granted.end(), [&](SteadyTime t) { return in_window(t, now, window); }));
 }
 
+std::vector<SteadyTime> RestartPolicy::granted(ExitClass c) const {
+  if (c == ExitClass::kSuccess || c == ExitClass::kResize) return {};
+  const auto& h = history(c);
+  return {h.begin(), h.end()};
+}
+
+void RestartPolicy::restore_granted(ExitClass c, const std::vector<SteadyTime>& times) {
+  if (c == ExitClass::kSuccess || c == ExitClass::kResize) return;
+  auto& h = history(c);
+  h.assign(times.begin(), times.end());
+  std::sort(h.begin(), h.end());
+}
+
 std::deque<SteadyTime>& RestartPolicy::history(ExitClass c) {
   return const_cast<std::deque<SteadyTime>&>(std::as_const(*this).history(c));
 }

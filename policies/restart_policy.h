@@ -13,6 +13,7 @@
 #include <deque>
 #include <optional>
 #include <set>
+#include <vector>
 #include <string>
 
 #include "core/clock.h"
@@ -52,6 +53,10 @@ class RestartPolicy {
 
   // Restarts granted for class `c` within its window ending at `now`.
   uint32_t restarts_in_window(ExitClass c, SteadyTime now) const;
+  // The times restarts of class `c` were granted (oldest first), to be carried over to a
+  // successor coordinator; and the way to hand them to it.
+  std::vector<SteadyTime> granted(ExitClass c) const;
+  void restore_granted(ExitClass c, const std::vector<SteadyTime>& times);
 
  private:
   // What the no-progress detector wants after a failed attempt.

@@ -91,6 +91,17 @@ void AttemptMachine::Impl::on(Now now, const event::NodeLost& e) {
   if (attempt->nodes_stopped.size() >= attempt->layout.size()) attempt_ended(now);
 }
 
+void AttemptMachine::Impl::lose_placed_node(Now now, NodeId node, const std::string& why) {
+  auto it = std::find_if(members.begin(), members.end(),
+                         [&](const NodeMember& m) { return m.node == node; });
+  if (it == members.end()) {
+    members.push_back({node, "", true, false});
+  } else {
+    it->alive = true;  // so that on(NodeLost) counts it
+  }
+  on(now, event::NodeLost{node, why});
+}
+
 void AttemptMachine::Impl::maybe_begin(Now now) {
   if (finished || phase != Phase::kPending) return;
   const size_t n = placeable_nodes().size();
@@ -160,6 +171,8 @@ void AttemptMachine::Impl::on(Now now, const event::ResumeFound& e) {
   launch.master_port = static_cast<uint16_t>(port);
   launch.resume_step = e.step;
   launch.resume_manifest = e.manifest;
+  a.master_addr = launch.master_addr;
+  a.master_port = launch.master_port;
   out.push_back(launch);
   std::string node_list;
   for (NodeId n : nodes) node_list += (node_list.empty() ? "" : ",") + std::to_string(n);
@@ -375,6 +388,92 @@ Commands AttemptMachine::handle(Now now, const Event& event) {
   Impl& m = *impl_;
   m.out.clear();
   if (!m.finished) std::visit([&](const auto& e) { m.on(now, e); }, event);
+  return std::move(m.out);
+}
+
+namespace {
+
+const policies::ExitClass kBudgetedClasses[] = {
+    policies::ExitClass::kCrash,     policies::ExitClass::kHang,
+    policies::ExitClass::kInfrastructure, policies::ExitClass::kPreempted,
+    policies::ExitClass::kNoSpace,   policies::ExitClass::kResumeFailed};
+
+}  // namespace
+
+CoordinatorState AttemptMachine::snapshot(Now now) const {
+  const Impl& m = *impl_;
+  CoordinatorState s;
+  s.epoch = m.epoch;
+  if (m.attempt && m.attempt->launched) {
+    const AttemptState& a = *m.attempt;
+    s.running = !a.tearing_down;
+    s.layout = a.layout;
+    s.world_size = a.world_size;
+    s.resume_step = a.resume_step;
+    s.resume_manifest = a.resume_manifest;
+    s.master_addr = a.master_addr;
+    s.master_port = a.master_port;
+  }
+  for (const auto& mem : m.members)
+    if (mem.alive) s.members.push_back({mem.node, mem.address});
+  if (m.any_committed) s.last_committed = m.last_committed;
+  for (auto c : kBudgetedClasses) {
+    auto& times = s.restarts[std::string(policies::exit_class_name(c))];
+    for (SteadyTime t : m.policy.granted(c))
+      times.push_back(to_unix_ms(now.wall - std::chrono::duration_cast<WallTime::duration>(now.steady - t)));
+  }
+  return s;
+}
+
+Commands AttemptMachine::adopt(Now now, const CoordinatorState& s) {
+  Impl& m = *impl_;
+  m.out.clear();
+  m.job_start = now.steady;
+  m.failure_rate.set_start(now.steady);
+  m.epoch = s.epoch;
+  if (s.last_committed) {
+    m.last_committed = *s.last_committed;
+    m.any_committed = true;
+  }
+  for (auto c : kBudgetedClasses) {
+    auto it = s.restarts.find(std::string(policies::exit_class_name(c)));
+    if (it == s.restarts.end()) continue;
+    std::vector<SteadyTime> times;
+    for (int64_t ms : it->second)
+      times.push_back(now.steady - std::chrono::duration_cast<Duration>(now.wall - from_unix_ms(ms)));
+    m.policy.restore_granted(c, times);
+  }
+  // Everyone must come back to this coordinator; nobody is counted present before.
+  for (const auto& mem : s.members) m.members.push_back({mem.node, mem.address, false, false});
+  m.record("adopt", {{"attempt", s.epoch}, {"running", s.running},
+                     {"nodes", uint64_t(s.members.size())}});
+  if (s.running && !s.layout.empty()) {
+    m.attempt.emplace();
+    AttemptState& a = *m.attempt;
+    a.epoch = s.epoch;
+    a.start = now.steady;
+    a.launched = true;
+    a.layout = s.layout;
+    a.world_size = s.world_size;
+    a.ranks.assign(a.world_size, RankView{});
+    a.resume_step = s.resume_step;
+    a.resume_manifest = s.resume_manifest;
+    a.master_addr = s.master_addr;
+    a.master_port = s.master_port;
+    for (const auto& slot : a.layout) a.nodes_launched.insert(slot.node);
+    m.phase = Phase::kRunning;
+    m.arm(TimerId::kRejoin, now.steady + m.cfg.rejoin_window);
+    m.arm_periodic(now);
+    // Placed nodes the record no longer lists as members are known gone (the predecessor's
+    // own node, when it died with it): no need to wait for them.
+    for (const auto& slot : s.layout)
+      if (std::none_of(s.members.begin(), s.members.end(),
+                       [&](const CoordinatorState::Member& mem) { return mem.node == slot.node; }))
+        m.lose_placed_node(now, slot.node, "gone with the previous coordinator");
+  } else {
+    m.phase = Phase::kPending;
+    m.maybe_begin(now);
+  }
   return std::move(m.out);
 }
 

@@ -20,6 +20,7 @@
 #include "policies/backoff.h"
 #include "policies/checkpoint_interval.h"
 #include "policies/restart_policy.h"
+#include "supervisor/coordinator_log.h"
 #include "supervisor/machine_events.h"
 
 namespace shardguard::supervisor {
@@ -56,6 +57,8 @@ struct MachineConfig {
   Duration commit_timeout = std::chrono::minutes(10);  // extra slack while a rank saves
   // A node that does not confirm its ranks are gone this long after a teardown is lost.
   Duration stop_timeout = std::chrono::seconds(30);
+  // A coordinator that adopted a running epoch gives its nodes this long to come back.
+  Duration rejoin_window = std::chrono::seconds(5);
 
   // Emergencies.
   Duration safety_margin = std::chrono::seconds(2);  // ranks must be done this long before
@@ -115,6 +118,12 @@ class AttemptMachine {
   Commands start(Now now, Epoch first_epoch);
   // Feeds one event; returns what to do, in order.
   Commands handle(Now now, const Event& event);
+  // Instead of start(): a restarted or successor coordinator takes over from the record its
+  // predecessor wrote. A running epoch is adopted, not relaunched: its nodes have
+  // `rejoin_window` to come back (NodeJoined), the others are lost. Budgets carry over.
+  Commands adopt(Now now, const CoordinatorState& state);
+  // What a successor needs (job id and coordinator address are the shell's to fill in).
+  CoordinatorState snapshot(Now now) const;
 
   Phase phase() const;
   bool finished() const;

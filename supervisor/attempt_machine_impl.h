@@ -41,6 +41,8 @@ struct AttemptState {
   uint32_t world_size = 0;
   std::optional<uint64_t> resume_step;
   std::string resume_manifest;
+  std::string master_addr;
+  uint16_t master_port = 0;
   std::vector<RankView> ranks;  // index = global rank
   std::set<NodeId> nodes_launched, nodes_stopped;
   bool tearing_down = false;
@@ -144,6 +146,8 @@ struct AttemptMachine::Impl {
   void on(Now, const event::RankExited&);
   void on(Now, const event::NodeStopped&);
   void on(Now, const event::Abort&);
+  // A node of the current layout that is known gone without a NodeLost of its own.
+  void lose_placed_node(Now now, NodeId node, const std::string& why);
   void maybe_begin(Now now);
   void begin_attempt(Now now);
   void begin_teardown(Now now, const std::string& why);

@@ -46,6 +46,9 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   std::map<uint64_t, agent::Notice> notices;
   uint64_t next_notice = 1;
   std::function<void(const agent::Notice&)> on_ack;
+  std::function<void()> on_away;
+  bool away_reported = false;
+  bool detached = false;
 
   Impl(const io::Deps& deps, ClusterClientOptions o, NodeRunner& r)
       : d(deps), opt(std::move(o)), runner(r), job_id(opt.job_id) {}
@@ -57,7 +60,7 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void connect() {
-    if (finished) return;
+    if (finished || detached) return;
     auto c = channel->connect(opt.host, opt.port, io::ConnectOptions{2s, 1, 100ms, 1s});
     if (!c.ok()) {
       spdlog::error("node: connect to {}:{}: {}", opt.host, opt.port, c.error().message());
@@ -67,9 +70,14 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void schedule_reconnect() {
-    if (finished) return;
+    if (finished || detached) return;
     if (!away_since) away_since = d.clock.now();
     if (d.clock.now() - *away_since > opt.coordinator_timeout) return give_up();
+    if (!away_reported && d.clock.now() - *away_since >= opt.takeover_after && on_away) {
+      away_reported = true;
+      on_away();  // may retarget or detach
+      if (detached || finished) return;
+    }
     reconnect_timer->arm(500ms, [this] { connect(); });
   }
 
@@ -117,6 +125,7 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
     welcomed_once = true;
     in_session = true;
     away_since.reset();
+    away_reported = false;
     spdlog::info("node: joined job '{}' as node {}", w.job_id, w.node);
     while (!buffered.empty()) {
       send(buffered.front());
@@ -255,6 +264,30 @@ void ClusterClient::unhealthy(const std::string& evidence, WallTime deadline) {
 
 void ClusterClient::set_on_acknowledge(std::function<void(const agent::Notice&)> cb) {
   impl_->on_ack = std::move(cb);
+}
+
+void ClusterClient::set_on_away(std::function<void()> cb) { impl_->on_away = std::move(cb); }
+
+void ClusterClient::retarget(const std::string& host, uint16_t port) {
+  Impl& m = *impl_;
+  spdlog::warn("node: the coordinator is now expected at {}:{}", host, port);
+  m.opt.host = host;
+  m.opt.port = port;
+  m.detached = false;
+  m.away_since = m.d.clock.now();  // a fresh absence for the new target
+  m.away_reported = false;
+  if (!m.conn) {
+    m.reconnect_timer->cancel();
+    m.connect();
+  }
+}
+
+void ClusterClient::detach() {
+  Impl& m = *impl_;
+  m.detached = true;
+  m.reconnect_timer->cancel();
+  m.beat_timer->cancel();
+  if (m.conn) m.channel->close(*m.conn);
 }
 
 bool ClusterClient::finished() const { return impl_->finished; }

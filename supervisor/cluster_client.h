@@ -33,6 +33,8 @@ struct ClusterClientOptions {
   Duration heartbeat = std::chrono::seconds(1);
   Duration step_forward_interval = std::chrono::milliseconds(100);
   Duration coordinator_timeout = std::chrono::minutes(2);
+  // After the coordinator has been away this long, on_away is called (a successor may be due).
+  Duration takeover_after = std::chrono::seconds(2);
 };
 
 class ClusterClient {
@@ -48,6 +50,12 @@ class ClusterClient {
   void notice(const agent::Notice& notice);
   void unhealthy(const std::string& evidence, WallTime deadline);
   void set_on_acknowledge(std::function<void(const agent::Notice&)> cb);
+  // Called once per absence of the coordinator, `takeover_after` into it.
+  void set_on_away(std::function<void()> cb);
+  // Reconnect to another coordinator from now on (a successor).
+  void retarget(const std::string& host, uint16_t port);
+  // Stop talking to any coordinator: this node became the coordinator itself.
+  void detach();
   // The job is over (the coordinator said so, or it stayed away): the exit code to use.
   bool finished() const;
   int exit_code() const;

@@ -121,7 +121,8 @@ Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& expl
     std::lock_guard l(m.lease_mu);
     m.lease.emplace(std::move(*lease));
   }
-  auto resolved = checkpoint::resolve_job_id(fs, dir, explicit_job_id, take_over, now);
+  // The id the lease was taken under (a generated one must not be generated anew).
+  auto resolved = checkpoint::resolve_job_id(fs, dir, decided->job_id, take_over, now);
   if (!resolved.ok()) {
     if (resolved.error().code() == ErrorCode::kInvalid)
       return Error(ErrorCode::kFenced, resolved.error().message());

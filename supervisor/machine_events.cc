@@ -31,6 +31,7 @@ std::string_view timer_name(TimerId id) {
     case TimerId::kJoinWindow: return "join_window";
     case TimerId::kRendezvous: return "rendezvous";
     case TimerId::kStopTimeout: return "stop_timeout";
+    case TimerId::kRejoin: return "rejoin";
   }
   return "unknown";
 }

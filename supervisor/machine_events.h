@@ -50,8 +50,9 @@ enum class TimerId {
   kJoinWindow,   // enough nodes are here; wait this long for more before launching
   kRendezvous,   // below the minimum number of nodes for too long: give up (exit 75)
   kStopTimeout,  // a node did not confirm its ranks are gone after a teardown
+  kRejoin,       // an adopted epoch's nodes had this long to come back to a new coordinator
 };
-inline constexpr int kTimerCount = 8;
+inline constexpr int kTimerCount = 9;
 std::string_view timer_name(TimerId id);
 
 // One node's place in an epoch.

@@ -40,6 +40,17 @@ void AttemptMachine::Impl::on(Now now, const event::TimerFired& e) {
                     "waited " + seconds_text(cfg.rendezvous_timeout) + " for " +
                         std::to_string(cfg.min_nodes) + " node(s); " +
                         std::to_string(placeable_nodes().size()) + " available");
+    case TimerId::kRejoin:
+      // Nodes of the adopted epoch that did not come back are lost; the rest carry on.
+      if (!attempt) return;
+      for (const auto& slot : std::vector<NodeSlot>(attempt->layout)) {
+        auto it = std::find_if(members.begin(), members.end(),
+                               [&](const NodeMember& m) { return m.node == slot.node; });
+        if (it == members.end() || !it->alive)
+          lose_placed_node(now, slot.node, "did not come back to the new coordinator within " +
+                                               seconds_text(cfg.rejoin_window));
+      }
+      return;
     case TimerId::kStopTimeout:
       if (!attempt || !attempt->tearing_down) return;
       for (const auto& slot : attempt->layout) {

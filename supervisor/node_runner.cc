@@ -327,6 +327,7 @@ void NodeRunner::apply(const Command& c) {
 
 void NodeRunner::set_node(NodeId node) { impl_->opt.node = node; }
 void NodeRunner::set_job_id(const std::string& job_id) { impl_->opt.config.job_id = job_id; }
+void NodeRunner::set_report(Report report) { impl_->report = std::move(report); }
 NodeId NodeRunner::node() const { return impl_->opt.node; }
 std::optional<Epoch> NodeRunner::running_epoch() const {
   if (!impl_->active) return std::nullopt;

@@ -53,6 +53,8 @@ class NodeRunner {
   void set_node(NodeId node);
   // The job's id, when it is learned after construction (from the coordinator).
   void set_job_id(const std::string& job_id);
+  // Where reports go from now on (a node that becomes the coordinator keeps its ranks).
+  void set_report(Report report);
   NodeId node() const;
   // The epoch whose ranks run here now, if any (told to a restarted coordinator on rejoin).
   std::optional<Epoch> running_epoch() const;

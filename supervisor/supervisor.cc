@@ -57,7 +57,11 @@ struct Supervisor::Impl {
   std::unique_ptr<DirectoryKeeper> keeper;
   bool committed_this_run = false;
   std::unique_ptr<LocalLauncher> launcher;
-  std::unique_ptr<NodeRunner> node;  // this process's node, when it has one
+  std::unique_ptr<NodeRunner> own_node;  // this process's node, when the shell made it
+  NodeRunner* node = nullptr;            // this process's node, when it has one
+  // Node commands wait behind a coordinator record being written, in order.
+  bool log_pending = false;
+  std::deque<Command> held;
   std::map<NodeId, std::function<void(const Command&)>> remote;  // the others
   std::function<void(int, const std::string&)> on_finish;
   std::array<std::unique_ptr<Timer>, kTimerCount> timers;
@@ -82,11 +86,56 @@ struct Supervisor::Impl {
     return m;
   }
 
-  // A command for the nodes goes to every node; each takes its own part.
+  // A command for the nodes goes to every node; each takes its own part. It waits while a
+  // coordinator record is being written, so that nothing overtakes a launch.
   void to_nodes(const Command& c) {
+    if (log_pending) return held.push_back(c);
     if (node) node->apply(c);
     for (auto& [id, send] : remote) send(c);
   }
+
+  // Multi-node: the decision is on disk before any node acts on it (a successor reads it).
+  void log_then_launch(const command::Launch& l) {
+    if (!opt.write_coordinator_log) return to_nodes(l);
+    CoordinatorState state = machine.snapshot(now());
+    state.job_id = cfg.job_id;
+    state.coordinator_address = opt.coordinator_address;
+    if (node) state.coordinator_node = opt.local_node_id;
+    log_pending = true;
+    held.push_back(l);  // held until the record is written
+    std::weak_ptr<bool> weak = alive;
+    Filesystem& fs = d.fs;
+    run_off_loop<Status>(
+        d.worker,
+        [&fs, dir = cfg.checkpoint_dir, state, at = d.clock.wall_now()] {
+          return store_coordinator_state(fs, dir, state, at);
+        },
+        [this, weak](Status st) {
+          if (weak.expired()) return;
+          if (!st.ok()) spdlog::error("coordinator record: {}; launching anyway", st.error().message());
+          log_pending = false;
+          std::deque<Command> queue;
+          queue.swap(held);
+          for (auto& c : queue) to_nodes(c);
+        });
+  }
+
+  // The record follows what nodes and commits change, without holding anything up.
+  void log_state() {
+    if (!opt.write_coordinator_log || finished_logged) return;
+    CoordinatorState state = machine.snapshot(now());
+    state.job_id = cfg.job_id;
+    state.coordinator_address = opt.coordinator_address;
+    if (node) state.coordinator_node = opt.local_node_id;
+    Filesystem& fs = d.fs;
+    d.worker.submit(
+        [&fs, dir = cfg.checkpoint_dir, state, at = d.clock.wall_now()] {
+          if (auto st = store_coordinator_state(fs, dir, state, at); !st.ok())
+            spdlog::warn("coordinator record: {}", st.error().message());
+        },
+        [] {});
+  }
+  bool finished_logged = false;
 
   Now now() const { return Now{d.clock.now(), d.clock.wall_now()}; }
 
@@ -104,6 +153,10 @@ struct Supervisor::Impl {
       queue.pop_front();
       observe(next);
       execute(machine.handle(now(), next));
+      if (std::holds_alternative<event::Committed>(next) ||
+          std::holds_alternative<event::NodeJoined>(next) ||
+          std::holds_alternative<event::NodeLost>(next))
+        log_state();
     }
     feeding = false;
   }
@@ -128,7 +181,7 @@ struct Supervisor::Impl {
                              l.resume_step ? "resuming from step " + std::to_string(*l.resume_step)
                                            : std::string("fresh start"));
                 keeper->on_launch(l.epoch, l.resume_step);
-                to_nodes(l);
+                log_then_launch(l);
               },
               [&](const command::TearDown& t) {
                 spdlog::info("attempt {}: teardown: {}", t.epoch, t.why);
@@ -248,6 +301,14 @@ struct Supervisor::Impl {
     else
       spdlog::warn("job {}: {} (exit {})", what, f.summary, f.exit_code);
     if (node) node->stop();
+    if (opt.write_coordinator_log) {
+      // The job is over: nothing runs for a successor to adopt.
+      CoordinatorState state = machine.snapshot(now());
+      state.job_id = cfg.job_id;
+      state.running = false;
+      (void)store_coordinator_state(d.fs, cfg.checkpoint_dir, state, d.clock.wall_now());
+      finished_logged = true;
+    }
     keeper->close(f.exit_code == kExitPreempted, committed_this_run);
     if (on_finish) on_finish(f.exit_code, f.summary);
   }
@@ -298,16 +359,21 @@ Status Supervisor::start() {
   m.keeper->set_on_lost([p](const std::string& why) {
     p->feed(event::Abort{"the checkpoint directory was taken over: " + why, kExitConfig});
   });
-  if (m.opt.local_node) {
+  if (m.opt.existing_node) {
+    m.node = m.opt.existing_node;
+    m.node->set_report([p](Event e) { p->feed(std::move(e)); });
+    m.node->set_job_id(m.cfg.job_id);
+  } else if (m.opt.local_node) {
     m.launcher = std::make_unique<LocalLauncher>(m.d.loop, m.d.launcher);
     NodeRunnerOptions o;
     o.node = m.opt.local_node_id;
     o.config = m.cfg;
     o.control_socket = control_socket_path(m.cfg.run_dir);
     o.run_dir = m.cfg.run_dir;
-    m.node = std::make_unique<NodeRunner>(
+    m.own_node = std::make_unique<NodeRunner>(
         m.d, std::move(o), *m.launcher, [p](Event e) { p->feed(std::move(e)); },
         [p](std::string_view type, EventFields fields) { p->record(type, fields); });
+    m.node = m.own_node.get();
     SG_RETURN_IF_ERROR(m.node->start());
   }
   // Earlier runs in this run dir count towards the goodput, as `status` counts them.
@@ -323,9 +389,16 @@ Status Supervisor::start() {
   m.record("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
                            {"checkpoint_dir", m.cfg.checkpoint_dir}, {"first_attempt", first}});
   m.feeding = true;  // the start's commands run before the first event
-  m.execute(m.machine.start(m.now(), first));
+  if (m.opt.adopt) {
+    const CoordinatorState& state = *m.opt.adopt;
+    spdlog::warn("taking over job '{}' at attempt {} from the coordinator's record", m.cfg.job_id,
+                 state.epoch);
+    m.execute(m.machine.adopt(m.now(), state));
+  } else {
+    m.execute(m.machine.start(m.now(), first));
+  }
   m.feeding = false;
-  if (m.opt.local_node)
+  if (m.opt.local_node || m.opt.existing_node)
     m.feed(event::NodeJoined{m.opt.local_node_id,
                              m.opt.local_address.empty() ? m.cfg.master_addr : m.opt.local_address});
   return {};

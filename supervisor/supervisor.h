@@ -16,10 +16,13 @@
 #include "agent/notice.h"
 #include "core/result.h"
 #include "io/deps.h"
+#include "supervisor/coordinator_log.h"
 #include "supervisor/job_config.h"
 #include "supervisor/machine_events.h"
 
 namespace shardguard::supervisor {
+
+class NodeRunner;
 
 // Where the shell's nodes are: one node in this process (a single-node run), this process's
 // node plus others over the network (the coordinator embedded in node rank 0), or only others
@@ -31,6 +34,14 @@ struct SupervisorOptions {
   uint32_t min_nodes = 1;
   uint32_t max_nodes = 1;
   Duration join_window = std::chrono::seconds(0);
+  // Multi-node: write each decision to the coordinator's record in the checkpoint directory
+  // (supervisor/coordinator_log.h) before acting on it, under this coordinator address.
+  bool write_coordinator_log = false;
+  std::string coordinator_address;
+  // Take over from that record (a restarted or successor coordinator) instead of starting.
+  std::optional<CoordinatorState> adopt;
+  // This process's node already runs (a node that becomes the coordinator): use it.
+  NodeRunner* existing_node = nullptr;
 };
 
 class Supervisor {

@@ -49,6 +49,7 @@ class MachineDriver {
 
   // --- feeding ----------------------------------------------------------------------------
   Commands start(Epoch first = 0) { return take(machine_.start(now_, first)); }
+  Commands adopt(const CoordinatorState& state) { return take(machine_.adopt(now_, state)); }
   Commands feed(const Event& e) { return take(machine_.handle(now_, e)); }
 
   // Answers a pending FindResume with `step` (nullopt: fresh start).

@@ -192,3 +192,50 @@ TEST_CASE("a node that does not confirm the teardown in time is declared lost",
   CHECK(d.last_field("node_lost", "node") == "2");
   CHECK(d.machine().phase() == Phase::kBackoff);
 }
+
+TEST_CASE("a successor coordinator adopts the running epoch; nodes that do not come back are lost",
+          "[machine][multinode][unit]") {
+  MachineConfig c = elastic(2, 3);
+  c.restart.crash = {2, std::chrono::hours(1)};
+  MachineDriver d(c);
+  d.start();
+  for (NodeId n : {1u, 2u, 3u}) join(d, n);
+  d.resume(100);
+  d.launched();
+  d.beat(150);
+  d.commit(150);
+  // One crash already granted, which the successor must remember.
+  d.exit_rank(0, 1);
+  d.confirm_teardown();
+  d.advance(*d.timer_in(TimerId::kBackoff));
+  d.resume(150);
+  d.launched();
+  d.beat(160);
+  const CoordinatorState state = d.machine().snapshot(d.now());
+  CHECK(state.running);
+  CHECK(state.epoch == 1);
+  CHECK(state.layout.size() == 3);
+  CHECK(state.last_committed == 150u);
+  CHECK(state.restarts.at("crash").size() == 1);
+
+  MachineDriver s(c);
+  s.adopt(state);
+  CHECK(s.machine().phase() == Phase::kRunning);
+  CHECK(s.machine().runs_on(2, 1));
+  CHECK(s.all_of<command::Launch>().empty());  // no relaunch: the ranks keep training
+  s.feed(event::NodeJoined{2, "host2"});
+  s.feed(event::NodeJoined{3, "host3"});
+  s.advance(5s);  // node 1 (the old coordinator's node) never comes back
+  auto td = s.last<command::TearDown>();
+  REQUIRE(td);
+  CHECK_THAT(td->why, Catch::Contains("node 1 lost"));
+  for (NodeId n : {2u, 3u}) s.feed(event::NodeStopped{1, n});
+  // The crash budget carried over: one more crash is granted, then it is spent.
+  CHECK(s.machine().stats(s.now()).restarts.count("infrastructure") == 1);
+  s.advance(*s.timer_in(TimerId::kBackoff));
+  s.resume(150);
+  auto l = s.last<command::Launch>();
+  REQUIRE(l);
+  CHECK(l->epoch == 2);
+  CHECK(l->nodes.size() == 2);
+}
