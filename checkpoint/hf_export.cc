@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -98,7 +99,9 @@ Status write_one(Filesystem& fs, const CheckpointReader& reader, const Group& gr
   const std::string tmp = temp_name(path.substr(path.find_last_of('/') + 1), 0, ::getpid());
   const std::string tmp_path = join_path(parent_dir(path), tmp);
   auto write = [&]() -> Status {
-    SG_ASSIGN_OR_RETURN(auto file, fs.open_for_write(tmp_path, {}));
+    // Exclusive: a name planted in --out (a link to a file elsewhere) fails the export
+    // instead of being written through.
+    SG_ASSIGN_OR_RETURN(auto file, fs.open_for_write(tmp_path, {.exclusive = true}));
     SG_RETURN_IF_ERROR(file->preallocate(layout.file_size));
     SG_RETURN_IF_ERROR(file->append(layout.header_bytes));
     // The layout orders tensors by dtype then name; write them in that order.
@@ -118,7 +121,8 @@ Status write_one(Filesystem& fs, const CheckpointReader& reader, const Group& gr
     return fs.rename(tmp_path, path);
   };
   if (auto st = write(); !st.ok()) {
-    (void)fs.remove(tmp_path);
+    // Only a temp file this call created is removed, never one it found there.
+    if (st.error().sys_errno() != EEXIST) (void)fs.remove(tmp_path);
     return st;
   }
   return {};

@@ -3,7 +3,9 @@
 // in tensor name order; a larger tensor gets a file of its own) plus
 // `<prefix>.safetensors.index.json`, or a single `<prefix>.safetensors` and no index when
 // everything fits in one file (the transformers convention). Files are written to temp
-// names, fsynced and renamed; the index goes last.
+// names created exclusively (a name already there, a planted link included, fails the
+// export), fsynced and renamed; the index goes last. Pass a RootedFilesystem over the output
+// directory (core/rooted_fs.h) so nothing below it is followed.
 //
 // What `from_pretrained` loads is usually a part of the training state under other names:
 // `include` / `exclude` select tensors by glob (fnmatch(3): `*` also matches dots),

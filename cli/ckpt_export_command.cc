@@ -13,6 +13,7 @@
 #include "checkpoint/paths.h"
 #include "checkpoint/reader.h"
 #include "core/exit_codes.h"
+#include "core/rooted_fs.h"
 #include "core/units.h"
 
 namespace shardguard::cli {
@@ -76,16 +77,31 @@ Result<ExportOptions> options_of(const ExportArgs& a) {
   return o;
 }
 
+// Works below `dir` only, never following a link planted there (core/rooted_fs.h).
+std::unique_ptr<RootedFilesystem> rooted(const std::string& dir) {
+  RootOptions root;
+  root.path = dir;
+  return RootedFilesystem::single(std::move(root));
+}
+
 int run_export(const ExportArgs& a) {
   auto options = options_of(a);
   if (!options.ok()) return fail(options.error(), kExitUsage);
-  auto& fs = PosixFilesystem::instance();
-  auto reader = open_step(fs, a.dir, a.step);
+  // Two roots: the checkpoint is read below its directory, the export written below --out
+  // (created if missing); neither follows a link planted inside it.
+  auto source = rooted(a.dir);
+  auto reader = open_step(*source, a.dir, a.step);
   if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
-  auto written = export_hf(fs, *reader, *options);
+  auto target = rooted(a.out);
+  auto written = export_hf(*target, *reader, *options);
   if (!written.ok()) {
-    const bool usage = written.error().code() == ErrorCode::kInvalid;
-    return fail(written.error(), usage ? kExitUsage : kExitFailure);
+    // Bad bytes found while copying (a shard header that does not parse, a failed block)
+    // mean the checkpoint is corrupt (3); a bad option is usage (2); anything else is the
+    // export failing (1).
+    const ErrorCode code = written.error().code();
+    return fail(written.error(), code == ErrorCode::kInvalid   ? kExitUsage
+                                 : code == ErrorCode::kCorrupt ? kExitCheckpointBad
+                                                               : kExitFailure);
   }
   for (const auto& p : *written) std::printf("%s\n", p.c_str());
   return kExitOk;

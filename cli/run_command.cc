@@ -91,7 +91,8 @@ Result<supervisor::JobConfig> build_config(const RunArgs& a) {
 
 // One node: the supervisor, its node in this process, the node's services.
 int run_single(const supervisor::JobConfig& cfg) {
-  ProductionDeps production;
+  auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
+  ProductionDeps production(*job_fs);
   const io::Deps& deps = production.deps();
   supervisor::Supervisor sup(deps, cfg);
   auto job = JobServices::start(deps, cfg, sup);
