@@ -127,4 +127,12 @@ sg_status sg_client_wait(sg_client* client) {
   });
 }
 
+sg_status sg_client_reserve(sg_client* client, uint64_t bytes) {
+  return boundary("sg_client_reserve", [&]() -> sg_status {
+    if (client == nullptr || !client->client)
+      return fail(ErrorCode::kInvalid, "sg_client_reserve: NULL client");
+    return from_status(client->client->reserve(bytes));
+  });
+}
+
 }  // extern "C"

@@ -172,6 +172,11 @@ SG_API void sg_writer_free(sg_writer* writer);
 SG_API sg_status sg_client_save(sg_client* client, sg_writer* writer, const char* reason);
 /* Waits for a background save and returns its result (SG_OK when none ran). */
 SG_API sg_status sg_client_wait(sg_client* client);
+/* Sizes the staging memory of async saves for a shard of `bytes` and populates it in the
+ * background (huge pages), so that the first save stalls no longer than later ones; returns
+ * at once (after waiting for a save in flight). An async client does this itself from the
+ * resume manifest, or from SHARDGUARD_STAGING_BYTES. */
+SG_API sg_status sg_client_reserve(sg_client* client, uint64_t bytes);
 
 #ifdef __cplusplus
 }
