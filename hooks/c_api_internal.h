@@ -16,6 +16,7 @@
 #include "checkpoint/writer.h"
 #include "core/result.h"
 #include "hooks/client.h"
+#include "hooks/gpu_snapshot.h"
 #include "hooks/include/shardguard.h"
 
 struct sg_client {
@@ -23,6 +24,8 @@ struct sg_client {
   // The client's own handler for its checkpoint signal, captured right after it installed
   // it, so that a host that catches the signal itself can forward it (notify_signal).
   std::optional<struct sigaction> signal_action;
+  // GPU snapshots (gpu_c_api.cc), made on first use; destroyed before the client.
+  std::unique_ptr<shardguard::hooks::GpuSnapshot> gpu;
 };
 
 struct sg_reader {
@@ -34,6 +37,8 @@ struct sg_reader {
 
 struct sg_writer {
   shardguard::checkpoint::ShardWriter writer;
+  // Device memory of the placeholders added by sg_writer_add_device_* (gpu_c_api.cc).
+  std::vector<shardguard::hooks::DeviceSource> device{};
 };
 
 namespace shardguard::hooks::capi {

@@ -109,6 +109,10 @@ sg_status sg_client_save(sg_client* client, sg_writer* writer, const char* reaso
   return boundary("sg_client_save", [&]() -> sg_status {
     if (client == nullptr || !client->client || !owned)
       return fail(ErrorCode::kInvalid, "sg_client_save: NULL client or writer");
+    if (!owned->device.empty())
+      return fail(ErrorCode::kInvalid,
+                  "sg_client_save: the writer has device tensors; save it with "
+                  "sg_client_snapshot_device");
     std::optional<checkpoint::SaveReason> why;
     if (reason != nullptr) {
       auto parsed = checkpoint::parse_save_reason(reason);
