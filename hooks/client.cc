@@ -20,6 +20,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A size hint counts tensor bytes; the shard file adds its safetensors header (names,
+// shapes, chunk boxes: ~100-200 bytes per tensor) to them.
+constexpr uint64_t kHeaderRoom = 1 << 20;
+
 // Set by the checkpoint signal; the handler does nothing else.
 std::atomic<bool> g_signal_seen{false};
 extern "C" void on_checkpoint_signal(int) { g_signal_seen.store(true); }
@@ -224,7 +228,7 @@ struct Client::Impl {
                          : Result<checkpoint::Manifest>(std::move(text).error());
       if (m.ok()) bytes = checkpoint::staging_bytes_for(*m, opt.rank, opt.world_size);
     }
-    if (bytes == 0) bytes = opt.staging_bytes;
+    if (bytes == 0 && opt.staging_bytes > 0) bytes = opt.staging_bytes + kHeaderRoom;
     if (bytes == 0) return;
     if (auto st = staging.prepare(bytes); !st.ok())
       spdlog::warn("shardguard client: {}", st.error().message());
@@ -408,7 +412,7 @@ Status Client::wait() {
 
 Status Client::reserve(uint64_t bytes) {
   impl_->join_saver();
-  return impl_->staging.prepare(bytes);
+  return impl_->staging.prepare(bytes + kHeaderRoom);
 }
 
 checkpoint::StagingBuffer& Client::staging() { return impl_->staging; }
