@@ -5,22 +5,26 @@
 //                                                           rank 0 then commits the manifest, as
 //                                                           in a job (waiting for every sidecar)
 //   sg_bench_ckpt commit DIR STEP WORLD                     write the manifest
-//   sg_bench_ckpt drop   DIR STEP                           evict the step's files from the page cache
-//   sg_bench_ckpt load   DIR STEP RANK WORLD                read this rank's share (any WORLD)
-//   sg_bench_ckpt warm   DIR STEP [REPEAT]                  warm whole loads by fresh readers (every
+//   sg_bench_ckpt drop   DIR STEP                           evict the step's files from the page
+//   cache sg_bench_ckpt load   DIR STEP RANK WORLD                read this rank's share (any
+//   WORLD) sg_bench_ckpt warm   DIR STEP [REPEAT]                  warm whole loads by fresh
+//   readers (every
 //                                                           block checked) vs one thread's memcpy,
-//                                                           XXH3-64 and memcpy+XXH3 of the same bytes
+//                                                           XXH3-64 and memcpy+XXH3 of the same
+//                                                           bytes
 //   sg_bench_ckpt stall  TOTAL_BYTES GAP_MS MODE DIR        first and steady async-save stalls of a
 //                                                           hooks::Client whose staging is sized by
-//                                                           MODE: none | hint (reserve() at start) |
-//                                                           manifest (a resume manifest); GAP_MS of
-//                                                           "training" between client start and the
-//                                                           first save (bench/ckpt_bench_stall.cc)
+//                                                           MODE: none | hint (reserve() at start)
+//                                                           | manifest (a resume manifest); GAP_MS
+//                                                           of "training" between client start and
+//                                                           the first save
+//                                                           (bench/ckpt_bench_stall.cc)
 //   sg_bench_ckpt resume [STEP_BYTES]                       a rank under `shardguard run`: resume
 //                                                           this rank's share of the checkpoint
-//                                                           given (SHARDGUARD_RESUME_MANIFEST), take
-//                                                           one step (update STEP_BYTES of state,
-//                                                           64 MiB by default), print timestamps
+//                                                           given (SHARDGUARD_RESUME_MANIFEST),
+//                                                           take one step (update STEP_BYTES of
+//                                                           state, 64 MiB by default), print
+//                                                           timestamps
 //
 // The state is 16 F32 tensors of [rows, 4096] (think weights and two Adam moments of a few
 // layers), each split by rows across ranks.
@@ -36,13 +40,13 @@
 
 #include <xxhash.h>
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <fcntl.h>
-#include <sys/resource.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -163,10 +167,11 @@ int save(const std::string& dir, uint64_t step, uint32_t rank, uint32_t world, u
     commit_s = since(t1);  // mostly waiting for the other ranks' sidecars
     t1 = BenchClock::now();
   }
-  std::printf("{\"cmd\":\"save\",\"rank\":%u,\"bytes\":%llu,\"start_ns\":%lld,\"end_ns\":%lld,"
-              "\"commit_seconds\":%.6f}\n",
-              rank, static_cast<unsigned long long>(sidecar->file.size),
-              static_cast<long long>(mono_ns(t0)), static_cast<long long>(mono_ns(t1)), commit_s);
+  std::printf(
+      "{\"cmd\":\"save\",\"rank\":%u,\"bytes\":%llu,\"start_ns\":%lld,\"end_ns\":%lld,"
+      "\"commit_seconds\":%.6f}\n",
+      rank, static_cast<unsigned long long>(sidecar->file.size),
+      static_cast<long long>(mono_ns(t0)), static_cast<long long>(mono_ns(t1)), commit_s);
   return 0;
 }
 

@@ -141,8 +141,8 @@ int stall(uint64_t total, uint64_t gap_ms, const std::string& mode, const std::s
       "\"stall_seconds\":%.6f,\"stall_min_seconds\":%.6f,\"staging_bytes\":%llu,"
       "\"populated_bytes\":%llu,\"populate_seconds\":%.6f,\"populating_at_first_save\":%s,"
       "\"huge_page_kb\":%llu,\"huge_pages_advised\":%s}\n",
-      mode.c_str(), static_cast<unsigned long long>(bytes), gap_ms / 1e3, start_s, memcpy_s,
-      *first, later[later.size() / 2], later.front(),
+      mode.c_str(), static_cast<unsigned long long>(bytes), gap_ms / 1e3, start_s, memcpy_s, *first,
+      later[later.size() / 2], later.front(),
       static_cast<unsigned long long>(c.staging().capacity()),
       static_cast<unsigned long long>(populated.populated_bytes), populated.populate_seconds,
       before.populating ? "true" : "false", static_cast<unsigned long long>(huge_kb),
@@ -190,11 +190,12 @@ int resume_job(uint64_t step_bytes) {
     for (size_t i = 0; i < t.size() && left > 0; ++i, --left) t[i] = t[i] * 0.999f + 0.001f;
   c.heartbeat(step);
   const int64_t step_end_ns = mono_now_ns();
-  std::printf("{\"cmd\":\"resume\",\"rank\":%u,\"world\":%u,\"bytes\":%llu,\"entry_ns\":%lld,"
-              "\"load_start_ns\":%lld,\"load_end_ns\":%lld,\"step_end_ns\":%lld}\n",
-              rank, world, static_cast<unsigned long long>(bytes),
-              static_cast<long long>(entry_ns), static_cast<long long>(load_start_ns),
-              static_cast<long long>(load_end_ns), static_cast<long long>(step_end_ns));
+  std::printf(
+      "{\"cmd\":\"resume\",\"rank\":%u,\"world\":%u,\"bytes\":%llu,\"entry_ns\":%lld,"
+      "\"load_start_ns\":%lld,\"load_end_ns\":%lld,\"step_end_ns\":%lld}\n",
+      rank, world, static_cast<unsigned long long>(bytes), static_cast<long long>(entry_ns),
+      static_cast<long long>(load_start_ns), static_cast<long long>(load_end_ns),
+      static_cast<long long>(step_end_ns));
   std::fflush(stdout);
   return 0;
 }

@@ -85,16 +85,23 @@ int warm(const std::string& dir, uint64_t step, int repeat) {
     load_s.push_back(since(t0));
     load_cpu.push_back(cpu_seconds() - c0);
   }
-  auto best = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v.front(); };
-  auto median = [](std::vector<double> v) { std::sort(v.begin(), v.end()); return v[v.size() / 2]; };
-  std::printf("{\"cmd\":\"warm\",\"bytes\":%llu,\"memcpy_gbs\":%.3f,\"memcpy_median_gbs\":%.3f,"
-              "\"xxh3_gbs\":%.3f,\"copy_hash_gbs\":%.3f,\"load_best_gbs\":%.3f,"
-              "\"load_median_gbs\":%.3f,\"load_cpu_seconds_best\":%.4f,"
-              "\"memcpy_seconds_best\":%.4f,\"sink\":%llu}\n",
-              static_cast<unsigned long long>(bytes), gbs(bytes, best(memcpy_s)),
-              gbs(bytes, median(memcpy_s)), gbs(bytes, best(xxh3_s)), gbs(bytes, best(copy_hash_s)),
-              gbs(bytes, best(load_s)), gbs(bytes, median(load_s)), best(load_cpu),
-              best(memcpy_s), static_cast<unsigned long long>(sink & 1));
+  auto best = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.front();
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::printf(
+      "{\"cmd\":\"warm\",\"bytes\":%llu,\"memcpy_gbs\":%.3f,\"memcpy_median_gbs\":%.3f,"
+      "\"xxh3_gbs\":%.3f,\"copy_hash_gbs\":%.3f,\"load_best_gbs\":%.3f,"
+      "\"load_median_gbs\":%.3f,\"load_cpu_seconds_best\":%.4f,"
+      "\"memcpy_seconds_best\":%.4f,\"sink\":%llu}\n",
+      static_cast<unsigned long long>(bytes), gbs(bytes, best(memcpy_s)),
+      gbs(bytes, median(memcpy_s)), gbs(bytes, best(xxh3_s)), gbs(bytes, best(copy_hash_s)),
+      gbs(bytes, best(load_s)), gbs(bytes, median(load_s)), best(load_cpu), best(memcpy_s),
+      static_cast<unsigned long long>(sink & 1));
   return 0;
 }
 

@@ -32,7 +32,8 @@ bool populate(std::byte* p, size_t n) {
   if (::madvise(p, n, MADV_POPULATE_WRITE) == 0) return true;
   if (errno != EINVAL) return false;  // e.g. ENOMEM: leave the rest to the caller's copy
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  for (size_t at = 0; at < n; at += page) reinterpret_cast<volatile std::byte*>(p)[at] = std::byte{0};
+  for (size_t at = 0; at < n; at += page)
+    reinterpret_cast<volatile std::byte*>(p)[at] = std::byte{0};
   return true;
 }
 
@@ -68,9 +69,8 @@ struct StagingBuffer::Population {
       const size_t n = std::min(kPiece, size - at);
       if (!populate(base + at, n)) break;
       populated.fetch_add(n);
-      const int64_t ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                             SteadyClock::now() - start)
-                             .count();
+      const int64_t ns =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now() - start).count();
       int64_t seen = last_end_ns.load();
       while (ns > seen && !last_end_ns.compare_exchange_weak(seen, ns)) {
       }
@@ -118,11 +118,12 @@ Status StagingBuffer::map(size_t size) {
   if (raw == MAP_FAILED)
     return Error::from_errno("staging buffer of " + std::to_string(size) + " bytes", errno);
   auto* start = static_cast<std::byte*>(raw);
-  auto* aligned = reinterpret_cast<std::byte*>(
-      round_up(reinterpret_cast<uintptr_t>(start), kStagingHugePage));
+  auto* aligned =
+      reinterpret_cast<std::byte*>(round_up(reinterpret_cast<uintptr_t>(start), kStagingHugePage));
   if (aligned > start) ::munmap(start, static_cast<size_t>(aligned - start));
   std::byte* end = start + over;
-  if (end > aligned + rounded) ::munmap(aligned + rounded, static_cast<size_t>(end - (aligned + rounded)));
+  if (end > aligned + rounded)
+    ::munmap(aligned + rounded, static_cast<size_t>(end - (aligned + rounded)));
   data_ = aligned;
   capacity_ = rounded;
   // THP "never" (or no THP at all) refuses: base pages then, which still work.

@@ -37,10 +37,10 @@ struct StagingOptions {
 
 // What the background population did so far.
 struct StagingStats {
-  uint64_t capacity = 0;          // bytes mapped
-  uint64_t populated_bytes = 0;   // populated in the background (not by the caller's copy)
-  double populate_seconds = 0;    // from prepare() to the last populated piece
-  bool populating = false;        // threads still running
+  uint64_t capacity = 0;            // bytes mapped
+  uint64_t populated_bytes = 0;     // populated in the background (not by the caller's copy)
+  double populate_seconds = 0;      // from prepare() to the last populated piece
+  bool populating = false;          // threads still running
   bool huge_pages_advised = false;  // MADV_HUGEPAGE was accepted for the current mapping
 };
 

@@ -64,15 +64,14 @@ sg_status sg_writer_add_device_tensor(sg_writer* w, const char* name, const char
   });
 }
 
-sg_status sg_writer_add_device_chunk(sg_writer* w, const char* name, const char* dtype,
-                                     size_t ndim, const uint64_t* global_shape,
-                                     const uint64_t* offsets, const uint64_t* sizes,
-                                     const void* device_ptr, size_t size) {
+sg_status sg_writer_add_device_chunk(sg_writer* w, const char* name, const char* dtype, size_t ndim,
+                                     const uint64_t* global_shape, const uint64_t* offsets,
+                                     const uint64_t* sizes, const void* device_ptr, size_t size) {
   return boundary("sg_writer_add_device_chunk", [&]() -> sg_status {
     if (ndim > 0 && (offsets == nullptr || sizes == nullptr))
       return fail(ErrorCode::kInvalid, "add device chunk: offsets or sizes is NULL");
-    return add_device(w, name, dtype, ndim, global_shape, Box{dims(offsets, ndim), dims(sizes, ndim)},
-                      device_ptr, size);
+    return add_device(w, name, dtype, ndim, global_shape,
+                      Box{dims(offsets, ndim), dims(sizes, ndim)}, device_ptr, size);
   });
 }
 

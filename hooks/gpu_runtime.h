@@ -15,9 +15,9 @@
 namespace shardguard::hooks {
 
 namespace cuda {
-using Error = int;                // cudaError_t
-using Stream = void*;             // cudaStream_t (nullptr: the legacy default stream)
-using Event = void*;              // cudaEvent_t
+using Error = int;     // cudaError_t
+using Stream = void*;  // cudaStream_t (nullptr: the legacy default stream)
+using Event = void*;   // cudaEvent_t
 inline constexpr Error kSuccess = 0;
 inline constexpr Error kErrorNotReady = 600;
 inline constexpr Error kErrorHostMemoryAlreadyRegistered = 712;

@@ -109,9 +109,9 @@ Result<std::unique_ptr<GpuSnapshot>> GpuSnapshot::create(Client& client) {
   impl->client = &client;
   impl->rt = rt;
   const CudaApi& a = rt->api();
-  SG_RETURN_IF_ERROR(rt->check(a.stream_create_with_flags(&impl->copy_stream,
-                                                          cuda::kStreamNonBlocking),
-                               "cudaStreamCreateWithFlags (copy stream)"));
+  SG_RETURN_IF_ERROR(
+      rt->check(a.stream_create_with_flags(&impl->copy_stream, cuda::kStreamNonBlocking),
+                "cudaStreamCreateWithFlags (copy stream)"));
   std::unique_ptr<GpuSnapshot> g(new GpuSnapshot(std::move(impl)));
   Impl& m = *g->impl_;
   SG_RETURN_IF_ERROR(rt->check(a.event_create_with_flags(&m.queued, cuda::kEventDisableTiming),
@@ -152,15 +152,15 @@ Status GpuSnapshot::prepare(uint64_t bytes) {
 
 GpuSave GpuSnapshot::begin(uint64_t step) { return GpuSave{impl_->client->begin_save(step), {}}; }
 
-Status GpuSnapshot::start(GpuSave save, void* stream, std::optional<checkpoint::SaveReason> reason) {
+Status GpuSnapshot::start(GpuSave save, void* stream,
+                          std::optional<checkpoint::SaveReason> reason) {
   Impl& m = *impl_;
   const auto t0 = std::chrono::steady_clock::now();
   if (m.writer)
-    return Error(ErrorCode::kInvalid, "gpu snapshot of step " +
-                                          std::to_string(save.writer.options().step) +
-                                          ": the snapshot of step " +
-                                          std::to_string(m.writer->options().step) +
-                                          " is still pending (poll() or finish() first)");
+    return Error(ErrorCode::kInvalid,
+                 "gpu snapshot of step " + std::to_string(save.writer.options().step) +
+                     ": the snapshot of step " + std::to_string(m.writer->options().step) +
+                     " is still pending (poll() or finish() first)");
   m.join_pinning();  // placing may replace the mapping the pinning thread works on
   // The staging is reused: the previous write must be done with it.
   if (auto previous = m.client->wait(); !previous.ok())
@@ -169,8 +169,8 @@ Status GpuSnapshot::start(GpuSave save, void* stream, std::optional<checkpoint::
   if (!slots.ok()) return std::move(slots).error();
   if (slots->size() != save.sources.size())
     return Error(ErrorCode::kInvalid, "gpu snapshot: " + std::to_string(save.sources.size()) +
-                                          " device sources for " +
-                                          std::to_string(slots->size()) + " placeholders");
+                                          " device sources for " + std::to_string(slots->size()) +
+                                          " placeholders");
   SG_RETURN_IF_ERROR(m.ensure_pinned());
   const CudaApi& a = m.api();
   SG_RETURN_IF_ERROR(m.rt->check(a.event_record(m.queued, stream), "cudaEventRecord"));

@@ -11,18 +11,24 @@ using namespace std::chrono_literals;
 
 Duration cloud_notice_lead(Cloud cloud) {
   switch (cloud) {
-    case Cloud::kAws: return 120s;   // spot instance interruption notice
-    case Cloud::kGcp: return 30s;    // preemption / Spot VM termination
-    case Cloud::kAzure: return 30s;  // Scheduled Events "Preempt" NotBefore
+    case Cloud::kAws:
+      return 120s;  // spot instance interruption notice
+    case Cloud::kGcp:
+      return 30s;  // preemption / Spot VM termination
+    case Cloud::kAzure:
+      return 30s;  // Scheduled Events "Preempt" NotBefore
   }
   return 30s;
 }
 
 std::string_view cloud_name(Cloud cloud) {
   switch (cloud) {
-    case Cloud::kAws: return "AWS";
-    case Cloud::kGcp: return "GCP";
-    case Cloud::kAzure: return "Azure";
+    case Cloud::kAws:
+      return "AWS";
+    case Cloud::kGcp:
+      return "GCP";
+    case Cloud::kAzure:
+      return "Azure";
   }
   return "cloud";
 }
@@ -33,8 +39,8 @@ Result<std::vector<Cloud>> clouds_from_setting(std::string_view clouds) {
   if (clouds == "gcp") return std::vector<Cloud>{Cloud::kGcp};
   if (clouds == "azure") return std::vector<Cloud>{Cloud::kAzure};
   if (clouds == "auto") return std::vector<Cloud>{Cloud::kAws, Cloud::kGcp, Cloud::kAzure};
-  return Error(ErrorCode::kInvalid, "clouds = '" + std::string(clouds) +
-                                        "': expected none, auto, aws, gcp or azure");
+  return Error(ErrorCode::kInvalid,
+               "clouds = '" + std::string(clouds) + "': expected none, auto, aws, gcp or azure");
 }
 
 SaveWindow shortest_save_window(const SaveWindowInputs& in) {
@@ -59,13 +65,11 @@ SaveWindowCheck check_save_window(const SaveWindowInputs& in, Duration save) {
     std::snprintf(pct, sizeof pct, "%.0f%%", c.fraction * 100);
   else
     std::snprintf(pct, sizeof pct, "all");
-  std::string hint =
-      c.window.source == "[stop] grace"
-          ? "raise [stop] grace, or make saves faster"
-          : c.window.source == "Slurm --signal lead"
-                ? "signal earlier (sbatch --signal=SIG@SECONDS), or make saves faster"
-                : "make saves faster (fewer bytes per node, faster storage) or checkpoint "
-                  "often enough that losing the emergency save costs little";
+  std::string hint = c.window.source == "[stop] grace" ? "raise [stop] grace, or make saves faster"
+                     : c.window.source == "Slurm --signal lead"
+                         ? "signal earlier (sbatch --signal=SIG@SECONDS), or make saves faster"
+                         : "make saves faster (fewer bytes per node, faster storage) or checkpoint "
+                           "often enough that losing the emergency save costs little";
   c.warning = "an emergency checkpoint may not fit its window: a save takes " +
               format_duration(save) + ", " + pct + " of the " + format_duration(c.window.window) +
               " the " + c.window.source + " leaves (keep it under half): " + hint;

@@ -31,8 +31,8 @@ std::string_view cloud_name(Cloud cloud);  // "AWS", "GCP", "Azure"
 Result<std::vector<Cloud>> clouds_from_setting(std::string_view clouds);
 
 struct SaveWindowInputs {
-  Duration stop_grace{0};                    // [stop] grace
-  std::vector<Cloud> clouds;                 // watched clouds
+  Duration stop_grace{0};                     // [stop] grace
+  std::vector<Cloud> clouds;                  // watched clouds
   std::optional<Duration> slurm_signal_lead;  // set when Slurm sends --signal=SIG@lead
 };
 

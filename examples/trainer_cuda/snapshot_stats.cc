@@ -41,8 +41,8 @@ std::string SnapshotStats::report(const std::string& mode) const {
   std::vector<double> stalls, copies;
   for (const auto& w : snapshots_) {
     double extra = 0;
-    for (auto it = step_seconds_.lower_bound(w.begin); it != step_seconds_.end() && it->first <= w.end;
-         ++it)
+    for (auto it = step_seconds_.lower_bound(w.begin);
+         it != step_seconds_.end() && it->first <= w.end; ++it)
       extra += it->second - base;
     stalls.push_back(std::max(0.0, extra));
     if (w.handed) copies.push_back(w.copy_seconds);
@@ -62,7 +62,8 @@ std::string SnapshotStats::report(const std::string& mode) const {
                   std::vector<double> v;
                   for (const auto& w : snapshots_) v.push_back(w.start_seconds);
                   return v;
-                }()) * 1e3,
+                }()) *
+                    1e3,
                 copy * 1e3, copy > 0 ? snapshots_.front().bytes / copy / 1e9 : 0.0, base * 1e3);
   return line;
 }

@@ -105,23 +105,23 @@ Status save_gpu(hooks::Client& client, hooks::GpuSnapshot& gpu, const Flags& f,
     SG_RETURN_IF_ERROR(s.add_device_chunk(name, checkpoint::DType::kF32, shape, rows_box(shard),
                                           device[i], shard.elems() * sizeof(float)));
   set_states(s.writer, f, client, loader, step);
-  SG_RETURN_IF_ERROR(gpu.start(std::move(s), shard.compute_stream(),
-                               final_save ? std::optional(checkpoint::SaveReason::kFinal)
-                                          : std::nullopt));
+  SG_RETURN_IF_ERROR(
+      gpu.start(std::move(s), shard.compute_stream(),
+                final_save ? std::optional(checkpoint::SaveReason::kFinal) : std::nullopt));
   return now ? gpu.finish() : Status{};
 }
 
 // --snapshot host: the loop waits for a device -> pinned host copy, then the client saves
 // from host memory (an async client copies it into its staging and writes in the background).
-Status save_host(hooks::Client& client, const Flags& f, GpuShard& shard,
-                 const DataLoader& loader, uint64_t step, bool final_save) {
+Status save_host(hooks::Client& client, const Flags& f, GpuShard& shard, const DataLoader& loader,
+                 uint64_t step, bool final_save) {
   shard.copy_to_host();
   auto w = client.begin_save(step);
   const std::vector<uint64_t> shape = {f.cfg.rows, f.cfg.in_dim};
   const std::span<float> host[3] = {shard.host_w(), shard.host_m(), shard.host_v()};
   for (const auto& [name, i] : kStateTensors)
-    SG_RETURN_IF_ERROR(w.add_chunk(name, checkpoint::DType::kF32, shape, rows_box(shard),
-                                   std::as_bytes(host[i])));
+    SG_RETURN_IF_ERROR(
+        w.add_chunk(name, checkpoint::DType::kF32, shape, rows_box(shard), std::as_bytes(host[i])));
   set_states(w, f, client, loader, step);
   return client.save(std::move(w), final_save ? std::optional(checkpoint::SaveReason::kFinal)
                                               : std::nullopt);
@@ -136,9 +136,9 @@ Result<uint64_t> resume(hooks::Client& client, const Flags& f, GpuShard& shard,
     if (reader.error().code() == ErrorCode::kNotFound) return uint64_t{0};
     return std::move(reader).error();
   }
-  for (auto [name, data] : {std::pair{"weight", shard.host_w()},
-                            std::pair{"adam.exp_avg", shard.host_m()},
-                            std::pair{"adam.exp_avg_sq", shard.host_v()}}) {
+  for (auto [name, data] :
+       {std::pair{"weight", shard.host_w()}, std::pair{"adam.exp_avg", shard.host_m()},
+        std::pair{"adam.exp_avg_sq", shard.host_v()}}) {
     const auto* t = reader->tensor(name);
     if (t == nullptr || t->shape != std::vector<uint64_t>{f.cfg.rows, f.cfg.in_dim} ||
         t->dtype != checkpoint::DType::kF32)
@@ -318,7 +318,8 @@ int run(const Flags& f) {
       return shardguard::kJobExitAfterEmergency;
     }
     if (f.sleep_ms) std::this_thread::sleep_for(std::chrono::milliseconds(f.sleep_ms));
-    stats.step_took(step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count());
+    stats.step_took(
+        step, std::chrono::duration<double>(std::chrono::steady_clock::now() - t_step).count());
   }
   shard.synchronize();
   if (gpu) {

@@ -196,20 +196,18 @@ SG_API sg_status sg_client_reserve(sg_client* client, uint64_t bytes);
 SG_API sg_status sg_client_device_prepare(sg_client* client, uint64_t bytes);
 /* A tensor / the box of a tensor whose `size` bytes are device memory at `device_ptr`
  * (CUDA): copied by sg_client_snapshot_device, so it must stay valid until then. */
-SG_API sg_status sg_writer_add_device_tensor(sg_writer* writer, const char* name,
-                                             const char* dtype, size_t ndim,
-                                             const uint64_t* shape, const void* device_ptr,
-                                             size_t size);
-SG_API sg_status sg_writer_add_device_chunk(sg_writer* writer, const char* name,
-                                            const char* dtype, size_t ndim,
-                                            const uint64_t* global_shape, const uint64_t* offsets,
-                                            const uint64_t* sizes, const void* device_ptr,
-                                            size_t size);
+SG_API sg_status sg_writer_add_device_tensor(sg_writer* writer, const char* name, const char* dtype,
+                                             size_t ndim, const uint64_t* shape,
+                                             const void* device_ptr, size_t size);
+SG_API sg_status sg_writer_add_device_chunk(sg_writer* writer, const char* name, const char* dtype,
+                                            size_t ndim, const uint64_t* global_shape,
+                                            const uint64_t* offsets, const uint64_t* sizes,
+                                            const void* device_ptr, size_t size);
 /* Consumes `writer`: waits for the previous save, lays its file out in staging, and queues
  * the device-to-host copies after the work queued on `cuda_stream` (a cudaStream_t; NULL:
  * the legacy default stream). Returns at once. `reason` as in sg_client_save. */
-SG_API sg_status sg_client_snapshot_device(sg_client* client, sg_writer* writer,
-                                           const char* reason, void* cuda_stream);
+SG_API sg_status sg_client_snapshot_device(sg_client* client, sg_writer* writer, const char* reason,
+                                           void* cuda_stream);
 /* Makes `cuda_stream` wait for the pending snapshot's copies (SG_OK when none). */
 SG_API sg_status sg_client_device_fence(sg_client* client, void* cuda_stream);
 /* Starts the save of a snapshot whose copies are done; *started (may be NULL) = 1 if it did.

@@ -49,13 +49,14 @@ size_t resident_pages(const std::byte* p, size_t n) {
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   std::vector<unsigned char> vec((n + page - 1) / page);
   if (::mincore(const_cast<std::byte*>(p), n, vec.data()) != 0) return 0;
-  return static_cast<size_t>(std::count_if(vec.begin(), vec.end(), [](unsigned char c) { return c & 1; }));
+  return static_cast<size_t>(
+      std::count_if(vec.begin(), vec.end(), [](unsigned char c) { return c & 1; }));
 }
 
 // Waits (bounded: 20 s) until the background population is over.
 bool population_ends(const StagingBuffer& s) {
-  for (auto until = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < until;
-       std::this_thread::sleep_for(5ms))
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms))
     if (!s.stats().populating) return true;
   return false;
 }
@@ -147,8 +148,7 @@ TEST_CASE("staging: prepare() maps 2 MiB-aligned memory and populates it in the 
   }
 }
 
-TEST_CASE("staging: reserve() stops a population still running and keeps the memory",
-          "[unit]") {
+TEST_CASE("staging: reserve() stops a population still running and keeps the memory", "[unit]") {
   StagingOptions o;
   o.populate_threads = 1;
   StagingBuffer s(o);

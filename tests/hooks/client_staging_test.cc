@@ -33,16 +33,16 @@ std::unique_ptr<Client> make_client(ClientOptions o) {
 
 Status save_step(Client& c, uint64_t step, const std::vector<float>& data) {
   auto w = c.begin_save(step);
-  SG_RETURN_IF_ERROR(w.add_tensor("w", checkpoint::DType::kF32, {data.size()},
-                                  std::as_bytes(std::span(data))));
+  SG_RETURN_IF_ERROR(
+      w.add_tensor("w", checkpoint::DType::kF32, {data.size()}, std::as_bytes(std::span(data))));
   w.set_global_state({step, "null", "null"});
   SG_RETURN_IF_ERROR(c.save(std::move(w)));
   return c.wait();
 }
 
 bool population_ends(Client& c) {
-  for (auto until = std::chrono::steady_clock::now() + 20s; std::chrono::steady_clock::now() < until;
-       std::this_thread::sleep_for(5ms))
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms))
     if (!c.staging().stats().populating) return true;
   return false;
 }

@@ -38,7 +38,8 @@ struct Fake {
 
   Fake() {
     REQUIRE(lib != nullptr);
-    stream_create = reinterpret_cast<decltype(stream_create)>(::dlsym(lib, "cudaStreamCreateWithFlags"));
+    stream_create =
+        reinterpret_cast<decltype(stream_create)>(::dlsym(lib, "cudaStreamCreateWithFlags"));
     stream_sync = reinterpret_cast<decltype(stream_sync)>(::dlsym(lib, "cudaStreamSynchronize"));
     stream_destroy = reinterpret_cast<decltype(stream_destroy)>(::dlsym(lib, "cudaStreamDestroy"));
     launch = reinterpret_cast<decltype(launch)>(::dlsym(lib, "cudaLaunchHostFunc"));
@@ -165,7 +166,8 @@ TEST_CASE("gpu snapshot: copied after the queued work, beside training, fenced, 
     ::setenv("SG_FAKE_CUDA_COPY_DELAY_MS", "0", 1);
     std::byte* staging = client->staging().data();
     GpuSave again = gpu.begin(2);
-    REQUIRE(again.add_device_tensor("w", checkpoint::DType::kF32, {kN}, device.data(), kN * 4).ok());
+    REQUIRE(
+        again.add_device_tensor("w", checkpoint::DType::kF32, {kN}, device.data(), kN * 4).ok());
     again.writer.set_global_state({2, "null", "null"});
     REQUIRE(gpu.start(std::move(again), stream).ok());
     REQUIRE(gpu.finish().ok());
@@ -195,8 +197,10 @@ TEST_CASE("gpu snapshot: finish() saves at once; misuse is refused", "[integrati
   SECTION("finish") {
     GpuSave s = gpu.begin(9);
     REQUIRE(s.add_device_tensor("w", checkpoint::DType::kF32, {kN}, device.data(), kN * 4).ok());
-    REQUIRE(s.writer.add_tensor("step", checkpoint::DType::kI64, {1},
-                                std::as_bytes(std::span(host_step))).ok());
+    REQUIRE(
+        s.writer
+            .add_tensor("step", checkpoint::DType::kI64, {1}, std::as_bytes(std::span(host_step)))
+            .ok());
     s.writer.set_global_state({9, "null", "null"});
     REQUIRE(gpu.start(std::move(s), nullptr, checkpoint::SaveReason::kFinal).ok());
     SECTION("a second start while one is pending") {
@@ -209,7 +213,8 @@ TEST_CASE("gpu snapshot: finish() saves at once; misuse is refused", "[integrati
     REQUIRE(gpu.finish().ok());
     CHECK(client->last_committed_step() == 9);  // committed when finish() returned
     CHECK(read_w(dir / "step-000000009", kN).back() == 5.0f);
-    auto r = checkpoint::CheckpointReader::open(PosixFilesystem::instance(), dir / "step-000000009");
+    auto r =
+        checkpoint::CheckpointReader::open(PosixFilesystem::instance(), dir / "step-000000009");
     REQUIRE(r.ok());
     CHECK(r->manifest().reason == checkpoint::SaveReason::kFinal);
   }

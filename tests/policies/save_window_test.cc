@@ -22,8 +22,10 @@ TEST_CASE("save window: the shortest lead of grace, clouds and Slurm", "[unit]")
       {"AWS shorter than a long grace", {300s, {Cloud::kAws}, std::nullopt}, 120s, "AWS notice"},
       {"GCP", {60s, {Cloud::kGcp}, std::nullopt}, 30s, "GCP notice"},
       {"Azure", {60s, {Cloud::kAzure}, std::nullopt}, 30s, "Azure notice"},
-      {"auto watches all three", {300s, {Cloud::kAws, Cloud::kGcp, Cloud::kAzure}, std::nullopt},
-       30s, "GCP notice"},
+      {"auto watches all three",
+       {300s, {Cloud::kAws, Cloud::kGcp, Cloud::kAzure}, std::nullopt},
+       30s,
+       "GCP notice"},
       {"Slurm lead shortest", {60s, {Cloud::kAws}, 20s}, 20s, "Slurm --signal lead"},
       {"Slurm lead longer", {60s, {}, 90s}, 60s, "[stop] grace"},
       {"grace shortest of all", {10s, {Cloud::kGcp}, 20s}, 10s, "[stop] grace"},
@@ -42,9 +44,7 @@ TEST_CASE("save window: warns above half the window, and only then", "[unit]") {
     CHECK(c.fraction == Approx(0.4));
     CHECK_FALSE(c.warning);
   }
-  SECTION("exactly half still fits") {
-    CHECK_FALSE(check_save_window(gcp, 15s).warning);
-  }
+  SECTION("exactly half still fits") { CHECK_FALSE(check_save_window(gcp, 15s).warning); }
   SECTION("71%: the warning names the save, the window, its source and a way out") {
     auto c = check_save_window(gcp, std::chrono::milliseconds(21300));
     CHECK(c.fraction == Approx(0.71));
@@ -56,7 +56,8 @@ TEST_CASE("save window: warns above half the window, and only then", "[unit]") {
   SECTION("the grace as the window points at the grace") {
     auto c = check_save_window({20s, {Cloud::kAws}, std::nullopt}, 15s);
     REQUIRE(c.warning);
-    CHECK_THAT(*c.warning, Catch::Contains("[stop] grace") && Catch::Contains("raise [stop] grace"));
+    CHECK_THAT(*c.warning,
+               Catch::Contains("[stop] grace") && Catch::Contains("raise [stop] grace"));
   }
   SECTION("the Slurm lead as the window points at --signal") {
     auto c = check_save_window({60s, {}, 10s}, 8s);
