@@ -105,6 +105,7 @@ sg_status sg_client_from_env(const char* checkpoint_dir, uint64_t every_steps, i
 
 void sg_client_free(sg_client* client) {
   boundary("sg_client_free", [&] {
+    if (client != nullptr && client->gpu) (void)client->gpu->finish();  // a pending snapshot
     if (client != nullptr && client->client) (void)client->client->wait();
     delete client;
     return SG_OK;

@@ -17,6 +17,7 @@
 #include "checkpoint/writer.h"
 #include "core/result.h"
 #include "hooks/client.h"
+#include "hooks/gpu_snapshot.h"
 #include "hooks/include/shardguard.h"
 
 struct sg_client {
@@ -28,6 +29,8 @@ struct sg_client {
   // checkpoint directory) and kept so that the pointer stays valid.
   mutable std::mutex resume_mu;
   mutable std::optional<std::string> resume_manifest;
+  // GPU snapshots (gpu_c_api.cc), made on first use; destroyed before the client.
+  std::unique_ptr<shardguard::hooks::GpuSnapshot> gpu;
 };
 
 struct sg_reader {
@@ -49,6 +52,8 @@ struct sg_writer {
   shardguard::checkpoint::ShardWriter writer;
   shardguard::checkpoint::RankState rank_state{"", "null", "null"};
   std::optional<shardguard::checkpoint::GlobalState> global;
+  // Device memory of the placeholders added by sg_writer_add_device_* (gpu_c_api.cc).
+  std::vector<shardguard::hooks::DeviceSource> device{};
 };
 
 namespace shardguard::hooks::capi {

@@ -166,6 +166,10 @@ sg_status sg_client_save(sg_client* client, sg_writer* writer, const char* reaso
   return boundary("sg_client_save", [&]() -> sg_status {
     if (client == nullptr || !client->client || !owned)
       return fail(ErrorCode::kInvalid, "sg_client_save: NULL client or writer");
+    if (!owned->device.empty())
+      return fail(ErrorCode::kInvalid,
+                  "sg_client_save: the writer has device tensors; save it with "
+                  "sg_client_snapshot_device");
     std::optional<checkpoint::SaveReason> why;
     if (reason != nullptr) {
       auto parsed = checkpoint::parse_save_reason(reason);
@@ -181,6 +185,14 @@ sg_status sg_client_wait(sg_client* client) {
     if (client == nullptr || !client->client)
       return fail(ErrorCode::kInvalid, "sg_client_wait: NULL client");
     return from_status(client->client->wait());
+  });
+}
+
+sg_status sg_client_reserve(sg_client* client, uint64_t bytes) {
+  return boundary("sg_client_reserve", [&]() -> sg_status {
+    if (client == nullptr || !client->client)
+      return fail(ErrorCode::kInvalid, "sg_client_reserve: NULL client");
+    return from_status(client->client->reserve(bytes));
   });
 }
 

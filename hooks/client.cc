@@ -20,6 +20,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A size hint counts tensor bytes; the shard file adds its safetensors header (names,
+// shapes, chunk boxes: ~100-200 bytes per tensor) to them.
+constexpr uint64_t kHeaderRoom = 1 << 20;
+
 // Set by the checkpoint signal; the handler does nothing else.
 std::atomic<bool> g_signal_seen{false};
 extern "C" void on_checkpoint_signal(int) { g_signal_seen.store(true); }
@@ -213,6 +217,22 @@ struct Client::Impl {
   void join_saver() {
     if (saver.joinable()) saver.join();
   }
+
+  // Populates the staging of async saves from start-up: sized from this rank's file in the
+  // resume manifest, else the staging_bytes hint. Without either the first save pays.
+  void prepare_staging(const std::optional<std::string>& manifest) {
+    uint64_t bytes = 0;
+    if (manifest) {
+      auto text = fs.read_file(*manifest);
+      auto m = text.ok() ? checkpoint::parse_manifest(*text, *manifest)
+                         : Result<checkpoint::Manifest>(std::move(text).error());
+      if (m.ok()) bytes = checkpoint::staging_bytes_for(*m, opt.rank, opt.world_size);
+    }
+    if (bytes == 0 && opt.staging_bytes > 0) bytes = opt.staging_bytes + kHeaderRoom;
+    if (bytes == 0) return;
+    if (auto st = staging.prepare(bytes); !st.ok())
+      spdlog::warn("shardguard client: {}", st.error().message());
+  }
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -235,6 +255,7 @@ Result<std::unique_ptr<Client>> Client::create(ClientOptions opt) {
     return Error(ErrorCode::kInvalid, "client: no checkpoint directory given");
   auto impl = std::make_unique<Impl>(std::move(opt));
   impl->schedule.every_steps = impl->opt.every_steps;
+
   if (!impl->opt.control_socket.empty()) {
     auto sock = io::UnixSocketClient::connect(impl->opt.control_socket);
     if (!sock.ok()) return std::move(sock).error().context("control socket");
@@ -247,7 +268,9 @@ Result<std::unique_ptr<Client>> Client::create(ClientOptions opt) {
                      impl->opt.attempt});
     impl->reader = std::thread([p = impl.get()] { p->read_loop(); });
   }
-  return std::unique_ptr<Client>(new Client(std::move(impl)));
+  std::unique_ptr<Client> client(new Client(std::move(impl)));
+  if (client->impl_->opt.async) client->impl_->prepare_staging(client->resume_manifest());
+  return client;
 }
 
 const ClientOptions& Client::options() const { return impl_->opt; }
@@ -395,6 +418,13 @@ Status Client::wait() {
   impl_->save_result.reset();
   return st;
 }
+
+Status Client::reserve(uint64_t bytes) {
+  impl_->join_saver();
+  return impl_->staging.prepare(bytes + kHeaderRoom);
+}
+
+checkpoint::StagingBuffer& Client::staging() { return impl_->staging; }
 
 uint64_t Client::last_committed_step() const {
   std::lock_guard lock(impl_->mu);

@@ -53,6 +53,10 @@ struct ClientOptions {
   uint64_t every_steps = 0;      // periodic checkpoints without an agent (0: off)
   bool async = false;            // save() returns after the snapshot; the write goes on
   int io_threads = 4;
+  // Size hint of the staging memory of async saves (SHARDGUARD_STAGING_BYTES): this rank's
+  // tensor bytes. 0: from this rank's file in the resume manifest, or else the first save
+  // sizes it (see reserve()).
+  uint64_t staging_bytes = 0;
   Duration commit_timeout = std::chrono::minutes(10);  // SHARDGUARD_COMMIT_TIMEOUT_MS
   ClientDeps deps;
 };
@@ -119,6 +123,15 @@ class Client {
               std::optional<checkpoint::SaveReason> reason = std::nullopt);
   // Waits for a background save; returns its result.
   Status wait();
+  // Sizes the staging memory of async saves and GPU snapshots for `bytes` of this rank's
+  // tensors (plus room for the file header) and populates it in the background (2 MiB huge
+  // pages), so that the first save stalls no longer than later ones; returns at once. An
+  // async client does this itself at creation from the resume manifest or staging_bytes.
+  // Waits for a save in flight first.
+  Status reserve(uint64_t bytes);
+  // The staging memory that async saves snapshot into (hooks/gpu_snapshot.h copies device
+  // memory straight into it). Only while no save is in flight: call wait() first.
+  checkpoint::StagingBuffer& staging();
   // Step of the last checkpoint this process saw committed (0 if none).
   uint64_t last_committed_step() const;
 

@@ -205,6 +205,49 @@ SG_API void sg_writer_free(sg_writer* writer);
 SG_API sg_status sg_client_save(sg_client* client, sg_writer* writer, const char* reason);
 /* Waits for a background save and returns its result (SG_OK when none ran). */
 SG_API sg_status sg_client_wait(sg_client* client);
+/* Sizes the staging memory of async saves for `bytes` of this rank's tensors (plus room for
+ * the file header) and populates it in the background (huge pages), so that the first save
+ * stalls no longer than later ones; returns at once (after waiting for a save in flight).
+ * An async client does this itself from the resume manifest, or from
+ * SHARDGUARD_STAGING_BYTES (tensor bytes). */
+SG_API sg_status sg_client_reserve(sg_client* client, uint64_t bytes);
+
+/* ---- GPU snapshots ----
+ * Device memory is copied into the client's staging (page-locked) by cudaMemcpyAsync on a
+ * dedicated copy stream while training goes on; the write starts once the copy is done.
+ * libcudart is loaded at run time (SHARDGUARD_CUDART, else libcudart.so.13/.12/.11.0):
+ * without it these calls fail with SG_ERR_UNSUPPORTED and everything else works.
+ *
+ *   sg_client_begin_save(c, step, &w); sg_writer_add_device_chunk(w, ..., d_ptr, n); ...
+ *   sg_client_snapshot_device(c, w, NULL, stream);     returns at once
+ *   each step: sg_client_device_fence(c, stream);      before kernels that write that memory
+ *              sg_client_device_poll(c, &started);     starts the write once copied
+ *   emergency / last step: sg_client_device_finish(c); */
+
+/* Sizes the staging for `bytes` of tensors (as sg_client_reserve) and page-locks it in the
+ * background, so that the first snapshot finds it ready. */
+SG_API sg_status sg_client_device_prepare(sg_client* client, uint64_t bytes);
+/* A tensor / the box of a tensor whose `size` bytes are device memory at `device_ptr`
+ * (CUDA): copied by sg_client_snapshot_device, so it must stay valid until then. */
+SG_API sg_status sg_writer_add_device_tensor(sg_writer* writer, const char* name, const char* dtype,
+                                             size_t ndim, const uint64_t* shape,
+                                             const void* device_ptr, size_t size);
+SG_API sg_status sg_writer_add_device_chunk(sg_writer* writer, const char* name, const char* dtype,
+                                            size_t ndim, const uint64_t* global_shape,
+                                            const uint64_t* offsets, const uint64_t* sizes,
+                                            const void* device_ptr, size_t size);
+/* Consumes `writer`: waits for the previous save, lays its file out in staging, and queues
+ * the device-to-host copies after the work queued on `cuda_stream` (a cudaStream_t; NULL:
+ * the legacy default stream). Returns at once. `reason` as in sg_client_save. */
+SG_API sg_status sg_client_snapshot_device(sg_client* client, sg_writer* writer, const char* reason,
+                                           void* cuda_stream);
+/* Makes `cuda_stream` wait for the pending snapshot's copies (SG_OK when none). */
+SG_API sg_status sg_client_device_fence(sg_client* client, void* cuda_stream);
+/* Starts the save of a snapshot whose copies are done; *started (may be NULL) = 1 if it did.
+ * An async client writes in the background; a sync one writes (and commits) here. */
+SG_API sg_status sg_client_device_poll(sg_client* client, int* started);
+/* Waits for the pending snapshot's copies and saves it (SG_OK when none). */
+SG_API sg_status sg_client_device_finish(sg_client* client);
 
 #ifdef __cplusplus
 }

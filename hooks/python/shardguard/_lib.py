@@ -124,6 +124,7 @@ _PROTOTYPES = {
     "sg_writer_free": (None, [_vp]),
     "sg_client_save": (_int, [_vp, _vp, _cp]),
     "sg_client_wait": (_int, [_vp]),
+    "sg_client_reserve": (_int, [_vp, _u64]),
 }
 
 

@@ -278,6 +278,13 @@ class Checkpointer:
         """Waits for a background (async) save; raises if it failed."""
         check(lib.sg_client_wait(self._h))
 
+    def reserve(self, nbytes):
+        """Sizes the staging memory of async saves for a shard of `nbytes` and populates it
+        in the background, so that the first save stalls no longer than later ones. Call it
+        at start-up; an async Checkpointer does it itself from the checkpoint it resumes
+        from, or from SHARDGUARD_STAGING_BYTES."""
+        check(lib.sg_client_reserve(self._h, int(nbytes)))
+
     # ---- resume ----
     def open_resume(self):
         """The Reader of the checkpoint to resume from, or None on a fresh start."""
