@@ -84,6 +84,7 @@ _PROTOTYPES = {
     "sg_client_last_committed_step": (_u64, [_vp]),
     "sg_client_notify_signal": (_int, [_vp]),
     "sg_client_restore_signal": (_int, [_vp]),
+    "sg_client_notify_sigterm": (_int, [_vp]),
     "sg_client_open_resume": (_int, [_vp, _c.POINTER(_vp)]),
     "sg_reader_open": (_int, [_cp, _c.POINTER(_vp)]),
     "sg_reader_free": (None, [_vp]),

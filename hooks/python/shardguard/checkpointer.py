@@ -20,6 +20,7 @@ one thread (the training loop).
 import collections
 import ctypes
 import json
+import signal
 import weakref
 
 from . import _dtypes, _rng
@@ -103,7 +104,10 @@ class Checkpointer:
         """True when `step` must be saved: the schedule, the agent, or a signal (caught by
         the client or by a PreemptionGuard)."""
         from . import guard
-        if guard.take_pending() and lib.sg_client_notify_signal(self._h) != 0:
+        pending = guard.take_pending()
+        if signal.SIGTERM in pending and lib.sg_client_notify_sigterm(self._h) == 0:
+            pending.discard(signal.SIGTERM)  # the client tells the supervisor
+        if pending and lib.sg_client_notify_signal(self._h) != 0:
             if self._fallback_step is None:
                 self._fallback_step = int(step)
         if self._fallback_step is not None and not self._fallback_exit:
