@@ -3,13 +3,15 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 
 extern char** environ;
 
@@ -34,41 +36,53 @@ int exit_code_of(int status) {
   return -1;
 }
 
+// argv[0] as execve needs it: looked up in PATH when it has no '/'.
+std::optional<std::string> resolve(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "/usr/bin:/bin";
+  size_t begin = 0;
+  while (begin <= dirs.size()) {
+    const size_t end = std::min(dirs.find(':', begin), dirs.size());
+    std::string candidate = (end > begin ? dirs.substr(begin, end - begin) : ".") + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    begin = end + 1;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 Result<CommandOutput> run_command_blocking(const std::vector<std::string>& argv,
                                            Duration timeout) {
   if (argv.empty()) return Error(ErrorCode::kInvalid, "run: no command");
   const std::string& name = argv[0];
+  const auto program = resolve(name);
+  if (!program) return Error(ErrorCode::kNotFound, "run '" + name + "': not found in PATH");
   Pipe out, err;
   if (::pipe2(out.fd, O_CLOEXEC) != 0 || ::pipe2(err.fd, O_CLOEXEC) != 0)
     return Error::from_errno("run '" + name + "': pipe", errno);
-
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, out.fd[1], 1);
-  posix_spawn_file_actions_adddup2(&fa, err.fd[1], 2);
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // Default dispositions and no blocked signal, whatever this process set for itself (it
-  // ignores SIGTERM while requeueing its own job).
-  sigset_t all, none;
-  sigfillset(&all);
-  sigemptyset(&none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
-  pid_t pid = -1;
-  const int rc = ::posix_spawnp(&pid, name.c_str(), &fa, &attr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  posix_spawnattr_destroy(&attr);
-  if (rc != 0) {
-    Error e = Error::from_errno("run '" + name + "'", rc);
-    return rc == ENOENT ? Error(ErrorCode::kNotFound, e.message()) : e;
+
+  const pid_t pid = ::fork();
+  if (pid < 0) return Error::from_errno("run '" + name + "': fork", errno);
+  if (pid == 0) {
+    // Only async-signal-safe calls from here to exec.
+    struct sigaction dfl {}, ign {};
+    dfl.sa_handler = SIG_DFL;
+    ign.sa_handler = SIG_IGN;
+    for (int sig = 1; sig < NSIG; ++sig)
+      if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, sig == SIGTERM ? &ign : &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const int in = ::open("/dev/null", O_RDONLY);
+    if (in < 0 || ::dup2(in, 0) < 0 || ::dup2(out.fd[1], 1) < 0 || ::dup2(err.fd[1], 2) < 0)
+      ::_exit(127);
+    ::execve(program->c_str(), args.data(), environ);
+    ::_exit(127);
   }
   out.close_end(1);
   err.close_end(1);

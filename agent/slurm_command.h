@@ -1,7 +1,9 @@
 // Running a Slurm command (scontrol) to its end and reading what it printed: the seam the
 // Slurm adapter (agent/slurm_scontrol.h) is built on, so that tests feed it recorded answers.
-// The production runner spawns the program with default signal dispositions (whatever this
-// process ignores), stdin from /dev/null, and kills it at the deadline.
+// The production runner starts the program with SIGTERM ignored and every other signal at its
+// default, stdin from /dev/null, and kills it at the deadline: inside a Slurm job every process
+// of the job gets Slurm's SIGTERM, the scontrol that reads the job's state after that very
+// signal included (a time limit sends the steps two SIGTERMs 10-20 ms apart).
 //
 // Thread-safety: run_command_blocking() may be called from any thread; it blocks.
 #pragma once
@@ -26,7 +28,7 @@ struct CommandOutput {
 using CommandRunner =
     std::function<Result<CommandOutput>(const std::vector<std::string>& argv, Duration timeout)>;
 
-// The production CommandRunner: posix_spawnp, output through pipes.
+// The production CommandRunner: fork and exec, output through pipes.
 Result<CommandOutput> run_command_blocking(const std::vector<std::string>& argv, Duration timeout);
 
 }  // namespace shardguard::agent

@@ -133,6 +133,40 @@ Result<SlurmSignalSpec> parse_slurm_signal_spec(std::string_view text) {
   return s;
 }
 
+Result<std::optional<SlurmJobEnv>> read_slurm_job_env(const EnvMap& env) {
+  auto get = [&](std::string_view k) -> std::string {
+    auto it = env.find(k);
+    return it == env.end() ? std::string() : it->second;
+  };
+  const std::string off = get("SHARDGUARD_SLURM");
+  if (off == "off" || off == "0") return std::optional<SlurmJobEnv>();
+  if (!off.empty() && off != "on" && off != "1")
+    return Error(ErrorCode::kInvalid, "SHARDGUARD_SLURM='" + off + "' must be on or off");
+  const std::string id = get("SLURM_JOB_ID");
+  if (id.empty()) return std::optional<SlurmJobEnv>();
+  auto number = [&](std::string_view key, const std::string& v) -> Result<uint32_t> {
+    auto n = to_u32(v);
+    if (!n) return Error(ErrorCode::kInvalid, std::string(key) + "='" + v + "' is not a number");
+    return *n;
+  };
+  SlurmJobEnv e;
+  SG_ASSIGN_OR_RETURN(e.job_id, number("SLURM_JOB_ID", id));
+  if (auto r = get("SLURM_RESTART_COUNT"); !r.empty()) {
+    SG_ASSIGN_OR_RETURN(e.restart_count, number("SLURM_RESTART_COUNT", r));
+  }
+  if (auto p = get("SLURM_PROCID"); !p.empty()) {
+    SG_ASSIGN_OR_RETURN(uint32_t procid, number("SLURM_PROCID", p));
+    e.procid = procid;
+  }
+  e.node = get("SLURMD_NODENAME");
+  e.partition = get("SLURM_JOB_PARTITION");
+  if (auto sig = get("SBATCH_SIGNAL"); !sig.empty()) {
+    SG_ASSIGN_OR_RETURN(auto spec, parse_slurm_signal_spec(sig));
+    e.signal = spec;
+  }
+  return std::optional<SlurmJobEnv>(std::move(e));
+}
+
 bool slurm_requeue_exit_lists(std::string_view show_config, int code) {
   std::istringstream in{std::string(show_config)};
   for (std::string line; std::getline(in, line);) {

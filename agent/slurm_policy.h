@@ -26,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "agent/scheduler_env.h"
 #include "core/result.h"
 
 namespace shardguard::agent {
@@ -55,6 +56,22 @@ struct SlurmSignalSpec {
   std::chrono::seconds lead{60};  // Slurm's default when "@" is absent
 };
 Result<SlurmSignalSpec> parse_slurm_signal_spec(std::string_view text);
+
+// What a process inside a Slurm job learns from its environment.
+struct SlurmJobEnv {
+  uint32_t job_id = 0;             // SLURM_JOB_ID
+  uint32_t restart_count = 0;      // SLURM_RESTART_COUNT (unset: never requeued)
+  std::string node;                // SLURMD_NODENAME
+  std::optional<uint32_t> procid;  // SLURM_PROCID
+  std::string partition;           // SLURM_JOB_PARTITION
+  // SBATCH_SIGNAL, when the submission gave --signal that way (sbatch exports it to the job).
+  // Slurm 22.05 shows a --signal flag nowhere else: not in `scontrol show job`, not in
+  // `squeue --json`.
+  std::optional<SlurmSignalSpec> signal;
+};
+// nullopt outside a Slurm job (no SLURM_JOB_ID) or with SHARDGUARD_SLURM=off; kInvalid names
+// a malformed variable.
+Result<std::optional<SlurmJobEnv>> read_slurm_job_env(const EnvMap& env);
 
 // Whether `scontrol show config` output says RequeueExit lists `code` ("RequeueExit = 75,76";
 // "(null)" lists nothing).

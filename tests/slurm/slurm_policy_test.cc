@@ -233,6 +233,40 @@ TEST_CASE("slurm policy: --signal specs, RequeueExit, ExcNodeList", "[unit]") {
   CHECK(add_excluded_node("n2,n1", "n1") == "n2,n1");
 }
 
+TEST_CASE("slurm policy: the job's environment", "[unit]") {
+  CHECK_FALSE(read_slurm_job_env({{"HOME", "/root"}})->has_value());
+  CHECK_FALSE(read_slurm_job_env({{"SLURM_JOB_ID", "7"}, {"SHARDGUARD_SLURM", "off"}})->has_value());
+  auto e = read_slurm_job_env({{"SLURM_JOB_ID", "7"},
+                               {"SLURM_RESTART_COUNT", "2"},
+                               {"SLURM_PROCID", "0"},
+                               {"SLURMD_NODENAME", "n2"},
+                               {"SLURM_JOB_PARTITION", "low"},
+                               {"SBATCH_SIGNAL", "B:USR2@90"}});
+  REQUIRE(e.ok());
+  REQUIRE(e->has_value());
+  CHECK((*e)->job_id == 7);
+  CHECK((*e)->restart_count == 2);
+  CHECK((*e)->procid == 0u);
+  CHECK((*e)->node == "n2");
+  CHECK((*e)->partition == "low");
+  REQUIRE((*e)->signal);
+  CHECK((*e)->signal->signal == SIGUSR2);
+  auto first = read_slurm_job_env({{"SLURM_JOB_ID", "8"}});
+  REQUIRE(first.ok());
+  CHECK((*first)->restart_count == 0);
+  CHECK_FALSE((*first)->procid.has_value());
+  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
+           {"SLURM_JOB_ID", "x"}, {"SLURM_RESTART_COUNT", "-1"}, {"SBATCH_SIGNAL", "B:"},
+           {"SHARDGUARD_SLURM", "maybe"}}) {
+    EnvMap env{{"SLURM_JOB_ID", "9"}};
+    env[k] = v;
+    auto bad = read_slurm_job_env(env);
+    INFO(k << "=" << v);
+    REQUIRE_FALSE(bad.ok());
+    CHECK_THAT(bad.error().message(), Catch::Contains(k == "SBATCH_SIGNAL" ? "--signal" : k));
+  }
+}
+
 namespace {
 
 // Answers by the command line; records every call.
@@ -296,10 +330,16 @@ TEST_CASE("slurm command runner: output, exit codes, timeouts, a missing program
   auto missing = run_command_blocking({"no-such-program-sg"}, std::chrono::seconds(5));
   REQUIRE_FALSE(missing.ok());
   CHECK(missing.error().code() == ErrorCode::kNotFound);
-  // The child gets default dispositions even where this process ignores SIGTERM.
-  auto previous = std::signal(SIGTERM, SIG_IGN);
-  auto killed = run_command_blocking({"sh", "-c", "kill -TERM $$; sleep 5"}, std::chrono::seconds(10));
-  std::signal(SIGTERM, previous);
+  // SIGTERM does not end it (Slurm signals every process of the job, this one too); other
+  // signals keep their default action even where this process ignores them.
+  auto survives = run_command_blocking({"sh", "-c", "kill -TERM $$; echo alive"},
+                                       std::chrono::seconds(10));
+  REQUIRE(survives.ok());
+  CHECK(survives->exit_code == 0);
+  CHECK(survives->out == "alive\n");
+  auto previous = std::signal(SIGUSR2, SIG_IGN);
+  auto killed = run_command_blocking({"sh", "-c", "kill -USR2 $$; sleep 5"}, std::chrono::seconds(10));
+  std::signal(SIGUSR2, previous);
   REQUIRE(killed.ok());
-  CHECK(killed->exit_code == 128 + SIGTERM);
+  CHECK(killed->exit_code == 128 + SIGUSR2);
 }
