@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "cli/production_deps.h"
+#include "cli/slurm_integration.h"
 #include "core/exit_codes.h"
 #include "io/event_loop.h"
 #include "io/http_server.h"
@@ -83,6 +84,7 @@ int run(const RunArgs& a) {
                  st.error().message());
   ProductionDeps production;
   const io::Deps& deps = production.deps();
+  auto slurm = SlurmIntegration::attach(deps, *cfg);  // inside a Slurm job: its defaults
   supervisor::Supervisor sup(deps, *cfg);
 
   // The job's [[hooks]]: commands and webhooks on lifecycle events, never blocking the loop.
@@ -93,6 +95,7 @@ int run(const RunArgs& a) {
     return kExitUsage;
   }
   sup.set_on_lifecycle([&](std::string_view event, std::map<std::string, std::string> fields) {
+    slurm->observe(event, fields);
     (*hooks)->fire(event, std::move(fields));
   });
 
@@ -158,7 +161,7 @@ int run(const RunArgs& a) {
   agent_socket.stop();
   if (monitor) monitor->stop();
   if (metrics) metrics->stop();
-  return sup.exit_code();
+  return slurm->finish(sup.exit_code());  // Slurm: requeue by its table
 }
 
 }  // namespace
