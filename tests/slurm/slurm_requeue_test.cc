@@ -5,6 +5,7 @@
 //   scancel                         emergency checkpoint, exit 75, the job ends CANCELLED
 //   --signal=B:USR1@50 --time=1     emergency checkpoint, exit 75, shardguard requeues it
 // Each requeued job resumes and ends with weights bit-identical to an uninterrupted run.
+#include "agent/slurm_scontrol.h"
 #include "tests/slurm/slurm_job_util.h"
 
 using namespace shardguard::testing;
@@ -40,6 +41,42 @@ void check_resumed_once(const SlurmRun& run, const std::vector<std::string>& arg
 }
 
 }  // namespace
+
+TEST_CASE("slurm: the scontrol adapter against the real Slurm (the production runner)",
+          "[integration]") {
+  SG_SLURM_OR_SKIP();
+  auto& c = cluster();
+  REQUIRE(c.cancel_all_jobs().ok());
+  ::setenv("SLURM_CONF", c.conf_path().c_str(), 1);
+  const shardguard::agent::Scontrol sc(shardguard::agent::run_command_blocking);
+  // What resolve_placement() gets in production for the coordinator host.
+  auto hosts = sc.hostnames_function()("n[1-3],gpu7");
+  REQUIRE(hosts.ok());
+  CHECK(*hosts == std::vector<std::string>{"n1", "n2", "n3", "gpu7"});
+  CHECK_FALSE(*sc.requeue_exit_lists(75));
+  const auto id = submit_or_fail(c, "#!/bin/bash\nsleep 60\n", {"--requeue"});
+  wait_state_or_fail(c, id, {"RUNNING"}, 30s);
+  auto j = sc.show_job(id);
+  REQUIRE(j.ok());
+  CHECK(j->job_id == id);
+  CHECK(j->state == "RUNNING");
+  CHECK(j->requeueable);
+  CHECK_FALSE(j->preempting);
+  CHECK(j->batch_host == "n1");
+  // ExcNodeList is refused while the job runs, accepted once it is requeued.
+  auto running = sc.set_excluded_nodes(id, "n1");
+  REQUIRE_FALSE(running.ok());
+  CHECK_THAT(running.error().message(), Catch::Contains("scontrol update JobId="));
+  REQUIRE(sc.requeue(id).ok());
+  CHECK(sc.set_excluded_nodes(id, "n1").ok());
+  CHECK(sc.show_job(id)->exc_nodes == "n1");
+  CHECK(sc.show_job(id)->restarts == 1);
+  auto twice = sc.requeue(id);  // pending now: Slurm refuses a second requeue
+  REQUIRE_FALSE(twice.ok());
+  CHECK_THAT(twice.error().message(), Catch::Contains("pending"));
+  ::unsetenv("SLURM_CONF");
+  REQUIRE(c.cancel_all_jobs().ok());
+}
 
 TEST_CASE(
     "slurm + shardguard: scancel --signal=USR1 --batch -> emergency checkpoint, exit 75, "
@@ -158,5 +195,34 @@ TEST_CASE(
   CHECK(field(run.named("slurm_decision").at(0), "case") == "signal-lead");
   CHECK(field(run.named("slurm_requeue").at(0), "ok") == "true");
   CHECK(job.restarts() == 1);
+  check_resumed_once(run, args);
+}
+
+TEST_CASE(
+    "slurm + shardguard: with RequeueExit=75 in slurm.conf Slurm requeues exit 75 itself, and "
+    "shardguard does not requeue a second time",
+    "[integration]") {
+  SG_SLURM_OR_SKIP();
+  SlurmOptions o;
+  o.nodes = 1;
+  o.extra_conf = {"RequeueExit=75"};
+  auto c = start_cluster(o);
+  const auto args = train(600);
+  SlurmRun run(args);
+  const auto id = submit_or_fail(*c, shipped_script(), run.sbatch_args());
+  wait_state_or_fail(*c, id, {"RUNNING"}, 30s);
+  run.wait_hellos(2, 30s);
+  std::this_thread::sleep_for(500ms);
+  REQUIRE(c->run({"scancel", "--signal=USR1", "--batch", std::to_string(id)})->exit_code == 0);
+  run.wait_event("slurm_decision", 1, 30s);
+  const auto job = wait_completed(*c, id, run, 120s);
+  print_decisions("RequeueExit=75, scancel --signal=USR1 --batch", run);
+  INFO(run.events_text());
+  const auto decision = run.named("slurm_decision").at(0);
+  CHECK(field(decision, "case") == "signal-lead");
+  CHECK(field(decision, "requeue") == "false");
+  CHECK_THAT(field(decision, "why"), Catch::Contains("RequeueExit=75"));
+  CHECK(run.named("slurm_requeue").empty());
+  CHECK(job.restarts() == 1);  // by Slurm, once
   check_resumed_once(run, args);
 }
