@@ -53,8 +53,7 @@ std::optional<std::string> resolve(const std::string& name) {
 
 }  // namespace
 
-Result<CommandOutput> run_command_blocking(const std::vector<std::string>& argv,
-                                           Duration timeout) {
+Result<CommandOutput> run_command_blocking(const std::vector<std::string>& argv, Duration timeout) {
   if (argv.empty()) return Error(ErrorCode::kInvalid, "run: no command");
   const std::string& name = argv[0];
   const auto program = resolve(name);
@@ -70,7 +69,8 @@ Result<CommandOutput> run_command_blocking(const std::vector<std::string>& argv,
   if (pid < 0) return Error::from_errno("run '" + name + "': fork", errno);
   if (pid == 0) {
     // Only async-signal-safe calls from here to exec.
-    struct sigaction dfl {}, ign {};
+    struct sigaction dfl {
+    }, ign{};
     dfl.sa_handler = SIG_DFL;
     ign.sa_handler = SIG_IGN;
     for (int sig = 1; sig < NSIG; ++sig)
@@ -116,9 +116,11 @@ Result<CommandOutput> run_command_blocking(const std::vector<std::string>& argv,
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (timed_out)
-    return Error(ErrorCode::kTimeout, "'" + name + "' did not finish within " +
-                                          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
-                                          " ms (killed)");
+    return Error(
+        ErrorCode::kTimeout,
+        "'" + name + "' did not finish within " +
+            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
+            " ms (killed)");
   result.exit_code = exit_code_of(status);
   return result;
 }

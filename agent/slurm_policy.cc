@@ -72,15 +72,22 @@ SlurmCase by_notice(const std::vector<SlurmStopSeen>& stops) {
 
 std::string case_text(SlurmCase c) {
   switch (c) {
-    case SlurmCase::kUnhealthy: return "this node failed a health check";
-    case SlurmCase::kTimeLimit: return "the time limit";
+    case SlurmCase::kUnhealthy:
+      return "this node failed a health check";
+    case SlurmCase::kTimeLimit:
+      return "the time limit";
     case SlurmCase::kPreempted:
       return "preemption (Slurm requeues only a job still running when GraceTime ends)";
-    case SlurmCase::kSignalLead: return "the job's --signal before its time limit";
-    case SlurmCase::kMachineNotice: return "the machine is going away";
-    case SlurmCase::kUnexplainedTerm: return "a SIGTERM while the job runs";
-    case SlurmCase::kNoNotice: return "the ranks exited 75 (preempted) by themselves";
-    default: return std::string(slurm_case_name(c));
+    case SlurmCase::kSignalLead:
+      return "the job's --signal before its time limit";
+    case SlurmCase::kMachineNotice:
+      return "the machine is going away";
+    case SlurmCase::kUnexplainedTerm:
+      return "a SIGTERM while the job runs";
+    case SlurmCase::kNoNotice:
+      return "the ranks exited 75 (preempted) by themselves";
+    default:
+      return std::string(slurm_case_name(c));
   }
 }
 
@@ -90,12 +97,14 @@ Result<SlurmJobState> parse_slurm_job(std::string_view record) {
   auto f = record_fields(record);
   SlurmJobState j;
   auto id = to_u32(f["JobId"]);
-  if (!id) return Error(ErrorCode::kInvalid, "scontrol show job: no JobId in '" +
-                                                 std::string(record.substr(0, 80)) + "'");
+  if (!id)
+    return Error(ErrorCode::kInvalid,
+                 "scontrol show job: no JobId in '" + std::string(record.substr(0, 80)) + "'");
   j.job_id = *id;
   j.state = f["JobState"];
   if (j.state.empty())
-    return Error(ErrorCode::kInvalid, "scontrol show job " + std::to_string(j.job_id) + ": no JobState");
+    return Error(ErrorCode::kInvalid,
+                 "scontrol show job " + std::to_string(j.job_id) + ": no JobState");
   j.reason = f["Reason"];
   j.requeueable = f["Requeue"] == "1";
   j.restarts = to_u32(f["Restarts"]).value_or(0);
@@ -199,19 +208,32 @@ std::string add_excluded_node(std::string_view exc_nodes, std::string_view node)
 
 std::string_view slurm_case_name(SlurmCase c) {
   switch (c) {
-    case SlurmCase::kNotStopped: return "not-stopped";
-    case SlurmCase::kUnknown: return "unknown";
-    case SlurmCase::kRequeuedBySlurm: return "requeued-by-slurm";
-    case SlurmCase::kCancelled: return "cancelled";
-    case SlurmCase::kUnhealthy: return "node-unhealthy";
-    case SlurmCase::kTimeLimit: return "time-limit";
-    case SlurmCase::kPreempted: return "preempted";
-    case SlurmCase::kSignalLead: return "signal-lead";
-    case SlurmCase::kMachineNotice: return "machine-notice";
-    case SlurmCase::kDrain: return "drain";
-    case SlurmCase::kInterrupted: return "interrupted";
-    case SlurmCase::kUnexplainedTerm: return "sigterm";
-    case SlurmCase::kNoNotice: return "no-notice";
+    case SlurmCase::kNotStopped:
+      return "not-stopped";
+    case SlurmCase::kUnknown:
+      return "unknown";
+    case SlurmCase::kRequeuedBySlurm:
+      return "requeued-by-slurm";
+    case SlurmCase::kCancelled:
+      return "cancelled";
+    case SlurmCase::kUnhealthy:
+      return "node-unhealthy";
+    case SlurmCase::kTimeLimit:
+      return "time-limit";
+    case SlurmCase::kPreempted:
+      return "preempted";
+    case SlurmCase::kSignalLead:
+      return "signal-lead";
+    case SlurmCase::kMachineNotice:
+      return "machine-notice";
+    case SlurmCase::kDrain:
+      return "drain";
+    case SlurmCase::kInterrupted:
+      return "interrupted";
+    case SlurmCase::kUnexplainedTerm:
+      return "sigterm";
+    case SlurmCase::kNoNotice:
+      return "no-notice";
   }
   return "unknown";
 }
@@ -229,7 +251,9 @@ SlurmRequeueDecision decide_slurm_requeue(const SlurmRunOutcome& o) {
               "the job's state could not be read (scontrol): not requeued; RequeueExit=75 in "
               "slurm.conf or `scontrol requeue` by hand brings it back");
   const SlurmJobState& latest = *views.back();
-  auto any = [&](auto pred) { return std::any_of(views.begin(), views.end(), [&](auto* v) { return pred(*v); }); };
+  auto any = [&](auto pred) {
+    return std::any_of(views.begin(), views.end(), [&](auto* v) { return pred(*v); });
+  };
 
   if (any([&](const SlurmJobState& j) { return requeued_already(j, o.restarts_at_start); })) {
     SlurmRequeueDecision d = no(SlurmCase::kRequeuedBySlurm,
@@ -245,15 +269,17 @@ SlurmRequeueDecision decide_slurm_requeue(const SlurmRunOutcome& o) {
   SlurmCase c = by_notice(o.stops);
   if (!o.unhealthy_node.empty())
     c = SlurmCase::kUnhealthy;
-  else if (any([](const SlurmJobState& j) { return j.reason == "TimeLimit" || j.state == "TIMEOUT"; }))
+  else if (any([](const SlurmJobState& j) {
+             return j.reason == "TimeLimit" || j.state == "TIMEOUT";
+           }))
     c = SlurmCase::kTimeLimit;
   else if (any([](const SlurmJobState& j) { return j.preempting; }))
     c = SlurmCase::kPreempted;
   if (c == SlurmCase::kDrain)
-    return no(c, "an operator's drain stops the job here: not requeued (`scontrol requeue` "
-                 "brings it back)");
-  if (c == SlurmCase::kInterrupted)
-    return no(c, "interrupted by a person (SIGINT): not requeued");
+    return no(c,
+              "an operator's drain stops the job here: not requeued (`scontrol requeue` "
+              "brings it back)");
+  if (c == SlurmCase::kInterrupted) return no(c, "interrupted by a person (SIGINT): not requeued");
 
   const std::string cause = case_text(c);
   if (!latest.requeueable)
@@ -262,8 +288,7 @@ SlurmRequeueDecision decide_slurm_requeue(const SlurmRunOutcome& o) {
                      "--requeue): it ends here");
   if (o.slurm_requeues_exit_75 && c != SlurmCase::kUnhealthy)
     return no(c, "stopped by " + cause + "; Slurm requeues exit 75 itself (RequeueExit=75)");
-  if (!o.is_requeuer)
-    return no(c, "stopped by " + cause + "; the job's first node requeues it");
+  if (!o.is_requeuer) return no(c, "stopped by " + cause + "; the job's first node requeues it");
   SlurmRequeueDecision d{c, true, "", "stopped by " + cause + ": requeued"};
   if (c == SlurmCase::kUnhealthy) {
     d.exclude_node = o.unhealthy_node;

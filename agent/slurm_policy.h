@@ -99,19 +99,19 @@ struct SlurmRunOutcome {
 };
 
 enum class SlurmCase {
-  kNotStopped,        // the run did not end with the emergency checkpoint (exit != 75)
-  kUnknown,           // the job's state could not be read
-  kRequeuedBySlurm,   // `scontrol requeue` by a person, or Slurm's own: never twice
-  kCancelled,         // a user's scancel: the job ends CANCELLED
-  kUnhealthy,         // this node failed a health check: requeue without it
-  kTimeLimit,         // the time limit (SIGTERM, then KillWait)
-  kPreempted,         // preemption by a higher-priority job (REQUEUE or CANCEL mode)
-  kSignalLead,        // --signal before the time limit (or scancel --signal)
-  kMachineNotice,     // a cloud's notice: the machine goes away
-  kDrain,             // an operator's `shardguard drain`: the job stops here
-  kInterrupted,       // SIGINT: a person interrupted it
-  kUnexplainedTerm,   // SIGTERM while the job runs, not from Slurm's scheduling
-  kNoNotice,          // the ranks exited 75 by themselves
+  kNotStopped,       // the run did not end with the emergency checkpoint (exit != 75)
+  kUnknown,          // the job's state could not be read
+  kRequeuedBySlurm,  // `scontrol requeue` by a person, or Slurm's own: never twice
+  kCancelled,        // a user's scancel: the job ends CANCELLED
+  kUnhealthy,        // this node failed a health check: requeue without it
+  kTimeLimit,        // the time limit (SIGTERM, then KillWait)
+  kPreempted,        // preemption by a higher-priority job (REQUEUE or CANCEL mode)
+  kSignalLead,       // --signal before the time limit (or scancel --signal)
+  kMachineNotice,    // a cloud's notice: the machine goes away
+  kDrain,            // an operator's `shardguard drain`: the job stops here
+  kInterrupted,      // SIGINT: a person interrupted it
+  kUnexplainedTerm,  // SIGTERM while the job runs, not from Slurm's scheduling
+  kNoNotice,         // the ranks exited 75 by themselves
 };
 std::string_view slurm_case_name(SlurmCase c);  // "cancelled", "time-limit", ...
 

@@ -10,8 +10,8 @@
 #include "agent/signal_source.h"
 #include "agent/slurm_policy.h"
 #include "agent/slurm_scontrol.h"
-#include "io/event_loop.h"
 #include "core/filesystem.h"
+#include "io/event_loop.h"
 #include "supervisor/event_log.h"
 
 namespace shardguard::cli {
@@ -40,8 +40,7 @@ struct SlurmIntegration::Impl {
   std::string unhealthy_node;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
-  Impl(const io::Deps& deps, agent::CommandRunner runner)
-      : d(deps), scontrol(std::move(runner)) {}
+  Impl(const io::Deps& deps, agent::CommandRunner runner) : d(deps), scontrol(std::move(runner)) {}
   ~Impl() { *alive = false; }
 
   std::string node() const { return job && !job->node.empty() ? job->node : host_name(); }
@@ -132,9 +131,9 @@ SlurmIntegration::SlurmIntegration(std::unique_ptr<Impl> impl) : impl_(std::move
 SlurmIntegration::~SlurmIntegration() = default;
 
 std::unique_ptr<SlurmIntegration> SlurmIntegration::attach(const io::Deps& deps,
-                                                            supervisor::JobConfig& config,
-                                                            const agent::EnvMap& env,
-                                                            agent::CommandRunner runner) {
+                                                           supervisor::JobConfig& config,
+                                                           const agent::EnvMap& env,
+                                                           agent::CommandRunner runner) {
   auto impl = std::make_unique<Impl>(deps, std::move(runner));
   auto job = agent::read_slurm_job_env(env);
   if (!job.ok()) {
@@ -147,7 +146,8 @@ std::unique_ptr<SlurmIntegration> SlurmIntegration::attach(const io::Deps& deps,
   const agent::SlurmJobEnv& j = *impl->job;
   const int sig = j.signal ? j.signal->signal : SIGUSR1;
   auto& signals = config.agent.notice_signals;
-  if (sig != SIGTERM && sig != SIGINT && std::find(signals.begin(), signals.end(), sig) == signals.end())
+  if (sig != SIGTERM && sig != SIGINT &&
+      std::find(signals.begin(), signals.end(), sig) == signals.end())
     signals.push_back(sig);
   std::string names;
   for (int s : signals) names += (names.empty() ? "" : ",") + agent::signal_name(s);

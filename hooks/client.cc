@@ -28,7 +28,8 @@ std::atomic<bool> g_term_seen{false};
 extern "C" void on_term_signal(int) { g_term_seen.store(true); }
 
 // Installs a flag-setting handler, keeping the old disposition in `previous` (if given).
-Status install_signal(int sig, struct sigaction* previous, void (*handler)(int) = on_checkpoint_signal) {
+Status install_signal(int sig, struct sigaction* previous,
+                      void (*handler)(int) = on_checkpoint_signal) {
   if (sig == 0) return {};
   struct sigaction sa {};
   sa.sa_handler = handler;
@@ -111,8 +112,9 @@ struct Client::Impl {
   // rank saves. Called by the reader thread (every 100 ms at most) and the training thread.
   void report_signals() {
     if (!socket || !handle_term || !g_term_seen.exchange(false)) return;
-    spdlog::warn("shardguard client: SIGTERM: telling the supervisor; training goes on until it "
-                 "names the step to save");
+    spdlog::warn(
+        "shardguard client: SIGTERM: telling the supervisor; training goes on until it "
+        "names the step to save");
     send(SignalReceived{"SIGTERM"});
   }
 
@@ -363,7 +365,8 @@ void Client::notify_sigterm() { g_term_seen.store(true); }
 bool Client::handles_sigterm() const { return impl_->handle_term; }
 
 Status Client::restore_signal_handlers() {
-  if (impl_->handler_installed) SG_RETURN_IF_ERROR(install_signal(impl_->opt.checkpoint_signal, nullptr));
+  if (impl_->handler_installed)
+    SG_RETURN_IF_ERROR(install_signal(impl_->opt.checkpoint_signal, nullptr));
   if (impl_->handle_term) SG_RETURN_IF_ERROR(install_signal(SIGTERM, nullptr, on_term_signal));
   return {};
 }

@@ -134,8 +134,8 @@ struct NodeRunner::Impl {
     const SteadyTime now = d.clock.now();
     auto it = rank_signal_at.find(name);
     const bool repeat = it != rank_signal_at.end() && now - it->second < kRankSignalWindow;
-    record("rank_signal", {{"attempt", epoch}, {"rank", uint64_t{rank}}, {"signal", name},
-                           {"notice", !repeat}});
+    record("rank_signal",
+           {{"attempt", epoch}, {"rank", uint64_t{rank}}, {"signal", name}, {"notice", !repeat}});
     if (repeat) return;
     rank_signal_at[name] = now;
     spdlog::warn("rank {} received {}: a notice", rank, name);

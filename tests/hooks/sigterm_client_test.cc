@@ -37,7 +37,9 @@ class SignalServer {
     o.events.on_signal = [this](uint32_t rank, const std::string& name) {
       note([&] { signals_.emplace_back(rank, name); });
     };
-    o.events.on_protocol_error = [this](const std::string& p) { note([&] { errors_.push_back(p); }); };
+    o.events.on_protocol_error = [this](const std::string& p) {
+      note([&] { errors_.push_back(p); });
+    };
     server_ = std::make_unique<ControlServer>(loop_, RealClock::instance(), std::move(o));
     REQUIRE(server_->start().ok());
     thread_ = std::thread([this] {
@@ -293,7 +295,7 @@ TEST_CASE("client: opting out leaves SIGTERM alone; the handler goes with the cl
     {
       auto c = make_client(ckpt.path(), s.path());
       CHECK(term_handler() != before);
-      ::signal(SIGTERM, SIG_IGN);  // a host replaced it...
+      ::signal(SIGTERM, SIG_IGN);                  // a host replaced it...
       REQUIRE(c->restore_signal_handlers().ok());  // ...and puts the client's back
       CHECK(term_handler() != SIG_IGN);
       CHECK(term_handler() != before);

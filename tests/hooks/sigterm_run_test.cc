@@ -15,9 +15,9 @@ using namespace std::chrono_literals;
 
 namespace {
 
-const std::vector<std::string> kTrain = {"--steps",    "400", "--rows",    "64",
-                                         "--log-every", "0",  "--sleep-ms", "5",
-                                         "--checkpoint-every", "1000"};
+const std::vector<std::string> kTrain = {
+    "--steps", "400", "--rows", "64", "--log-every", "0", "--sleep-ms", "5", "--checkpoint-every",
+    "1000"};
 
 void write_sigterm_config(const RunDirs& d) {
   std::ofstream(d.config()) << "[job]\ncheckpoint_dir = \"" << d.ckpt() << "\"\nrun_dir = \""

@@ -83,8 +83,7 @@ struct SlurmRun {
   }
   void wait_event(const std::string& type, size_t count, std::chrono::seconds timeout) const {
     if (!eventually([&] { return named(type).size() >= count; }, timeout))
-      FAIL("fewer than " << count << " '" << type << "' events within " << timeout.count()
-                         << " s\n"
+      FAIL("fewer than " << count << " '" << type << "' events within " << timeout.count() << " s\n"
                          << events_text());
   }
 };
@@ -98,9 +97,8 @@ inline std::string last_field(const SlurmRun& r, const std::string& type, const 
 // Waits for the job to end COMPLETED; prints its output and the run's events otherwise.
 inline SlurmJob wait_completed(const SlurmCluster& c, uint32_t id, const SlurmRun& run,
                                std::chrono::seconds timeout) {
-  auto j = c.wait_job_state(id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED",
-                                 "NODE_FAIL"},
-                            timeout);
+  auto j = c.wait_job_state(
+      id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"}, timeout);
   INFO("job output:\n" << slurp(c.job_output_path(id)) << "\nevents:\n" << run.events_text());
   if (!j.ok()) FAIL(j.error().message() << "\n" << c.ctld_log_tail(3000));
   CHECK(j->state() == "COMPLETED");
@@ -111,7 +109,8 @@ inline SlurmJob wait_completed(const SlurmCluster& c, uint32_t id, const SlurmRu
 // --sleep-ms only slows the steps, so the reference runs without it.
 inline std::string uninterrupted_hash(std::vector<std::string> trainer_args) {
   for (size_t i = 0; i + 1 < trainer_args.size(); ++i)
-    if (trainer_args[i] == "--sleep-ms") trainer_args.erase(trainer_args.begin() + i, trainer_args.begin() + i + 2);
+    if (trainer_args[i] == "--sleep-ms")
+      trainer_args.erase(trainer_args.begin() + i, trainer_args.begin() + i + 2);
   return reference_hash(trainer_args);
 }
 

@@ -2,11 +2,12 @@
 // how the run ended -> requeue or not, and why; parsing of `scontrol` records (some copied
 // from what this machine's Slurm 22.05 printed), --signal specs and RequeueExit; and the
 // scontrol adapter (agent/slurm_scontrol.h) over a recording fake runner.
+#include "agent/slurm_policy.h"
+
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <map>
 
-#include "agent/slurm_policy.h"
 #include "agent/slurm_scontrol.h"
 
 using namespace shardguard;
@@ -106,11 +107,13 @@ TEST_CASE("slurm policy: the requeue table", "[unit]") {
       {"scancel during the emergency of a --signal",
        stopped({{"sigusr1", running}, {"sigterm", job("COMPLETING")}}, job("COMPLETING")),
        SlurmCase::kCancelled, false, "", "scancel"},
-      {"scancel, the read at the signal failed", stopped({{"sigterm", std::nullopt}}, job("COMPLETING")),
-       SlurmCase::kCancelled, false, "", "scancel"},
+      {"scancel, the read at the signal failed",
+       stopped({{"sigterm", std::nullopt}}, job("COMPLETING")), SlurmCase::kCancelled, false, "",
+       "scancel"},
       {"scancel seen only after the run ended (ranks' SIGTERM)", stopped({}, job("CANCELLED")),
        SlurmCase::kCancelled, false, "", "scancel"},
-      {"scontrol requeue by a person", stopped({{"sigterm", job("COMPLETING", "None", 1)}}, job("PENDING", "BeginTime", 1)),
+      {"scontrol requeue by a person",
+       stopped({{"sigterm", job("COMPLETING", "None", 1)}}, job("PENDING", "BeginTime", 1)),
        SlurmCase::kRequeuedBySlurm, false, "", "never twice"},
       {"scancel of a job that ran once before",
        stopped({{"sigterm", job("COMPLETING", "None", 1)}}, job("COMPLETING", "None", 1), 1),
@@ -120,7 +123,8 @@ TEST_CASE("slurm policy: the requeue table", "[unit]") {
        SlurmCase::kRequeuedBySlurm, false, "", "never twice"},
       {"time limit without --signal", stopped({{"sigterm", term_timeout}}, term_timeout),
        SlurmCase::kTimeLimit, true, "", "time limit"},
-      {"time limit after a --signal", stopped({{"sigusr1", running}, {"sigterm", term_timeout}}, term_timeout),
+      {"time limit after a --signal",
+       stopped({{"sigusr1", running}, {"sigterm", term_timeout}}, term_timeout),
        SlurmCase::kTimeLimit, true, "", "time limit"},
       {"preemption (REQUEUE or CANCEL mode), within GraceTime",
        stopped({{"sigterm", preempted}}, preempted), SlurmCase::kPreempted, true, "", "GraceTime"},
@@ -128,23 +132,26 @@ TEST_CASE("slurm policy: the requeue table", "[unit]") {
        stopped({{"sigterm", preempted}}, job("COMPLETING", "None", 1, false)),
        SlurmCase::kRequeuedBySlurm, false, "", "never twice"},
       {"preemption with RequeueExit=75",
-       with(stopped({{"sigterm", preempted}}, preempted), [](auto& o) { o.slurm_requeues_exit_75 = true; }),
+       with(stopped({{"sigterm", preempted}}, preempted),
+            [](auto& o) { o.slurm_requeues_exit_75 = true; }),
        SlurmCase::kPreempted, false, "", "RequeueExit"},
       {"a node failed a health check",
-       with(stopped({{"node-unhealthy", running}}, running), [](auto& o) { o.unhealthy_node = "n1"; }),
+       with(stopped({{"node-unhealthy", running}}, running),
+            [](auto& o) { o.unhealthy_node = "n1"; }),
        SlurmCase::kUnhealthy, true, "n1", "without node n1"},
       {"a failed health check with RequeueExit=75 still excludes the node",
-       with(stopped({{"node-unhealthy", running}}, running), [](auto& o) {
-         o.unhealthy_node = "n1";
-         o.slurm_requeues_exit_75 = true;
-       }),
+       with(stopped({{"node-unhealthy", running}}, running),
+            [](auto& o) {
+              o.unhealthy_node = "n1";
+              o.slurm_requeues_exit_75 = true;
+            }),
        SlurmCase::kUnhealthy, true, "n1", "without node n1"},
       {"a failed health check while a person requeued it: only ExcNodeList",
        with(stopped({{"node-unhealthy", running}}, job("PENDING", "BeginTime", 1)),
             [](auto& o) { o.unhealthy_node = "n1"; }),
        SlurmCase::kRequeuedBySlurm, false, "n1", "never twice"},
-      {"an operator's drain", stopped({{"drain: maintenance", running}}, running), SlurmCase::kDrain,
-       false, "", "drain"},
+      {"an operator's drain", stopped({{"drain: maintenance", running}}, running),
+       SlurmCase::kDrain, false, "", "drain"},
       {"SIGINT from a person", stopped({{"sigint", running}}, running), SlurmCase::kInterrupted,
        false, "", "SIGINT"},
       {"SIGTERM while the job runs, not from Slurm", stopped({{"sigterm", running}}, running),
@@ -224,9 +231,10 @@ TEST_CASE("slurm policy: --signal specs, RequeueExit, ExcNodeList", "[unit]") {
   CHECK(slurm_requeue_exit_lists("MinJobAge = 600 sec\nRequeueExit             = 75\n", 75));
   CHECK(slurm_requeue_exit_lists("RequeueExit = 1,70-79\n", 75));
   CHECK_FALSE(slurm_requeue_exit_lists("RequeueExit = 1,76\n", 75));
-  CHECK_FALSE(slurm_requeue_exit_lists("RequeueExit             = (null)\n"
-                                       "RequeueExitHold         = 75\n",
-                                       75));
+  CHECK_FALSE(
+      slurm_requeue_exit_lists("RequeueExit             = (null)\n"
+                               "RequeueExitHold         = 75\n",
+                               75));
 
   CHECK(add_excluded_node("", "n1") == "n1");
   CHECK(add_excluded_node("n2", "n1") == "n2,n1");
@@ -235,7 +243,8 @@ TEST_CASE("slurm policy: --signal specs, RequeueExit, ExcNodeList", "[unit]") {
 
 TEST_CASE("slurm policy: the job's environment", "[unit]") {
   CHECK_FALSE(read_slurm_job_env({{"HOME", "/root"}})->has_value());
-  CHECK_FALSE(read_slurm_job_env({{"SLURM_JOB_ID", "7"}, {"SHARDGUARD_SLURM", "off"}})->has_value());
+  CHECK_FALSE(
+      read_slurm_job_env({{"SLURM_JOB_ID", "7"}, {"SHARDGUARD_SLURM", "off"}})->has_value());
   auto e = read_slurm_job_env({{"SLURM_JOB_ID", "7"},
                                {"SLURM_RESTART_COUNT", "2"},
                                {"SLURM_PROCID", "0"},
@@ -255,9 +264,11 @@ TEST_CASE("slurm policy: the job's environment", "[unit]") {
   REQUIRE(first.ok());
   CHECK((*first)->restart_count == 0);
   CHECK_FALSE((*first)->procid.has_value());
-  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{
-           {"SLURM_JOB_ID", "x"}, {"SLURM_RESTART_COUNT", "-1"}, {"SBATCH_SIGNAL", "B:"},
-           {"SHARDGUARD_SLURM", "maybe"}}) {
+  for (const auto& [k, v] :
+       std::vector<std::pair<std::string, std::string>>{{"SLURM_JOB_ID", "x"},
+                                                        {"SLURM_RESTART_COUNT", "-1"},
+                                                        {"SBATCH_SIGNAL", "B:"},
+                                                        {"SHARDGUARD_SLURM", "maybe"}}) {
     EnvMap env{{"SLURM_JOB_ID", "9"}};
     env[k] = v;
     auto bad = read_slurm_job_env(env);
@@ -304,7 +315,8 @@ TEST_CASE("slurm scontrol adapter: the commands it runs and what it makes of the
   CHECK(s.requeue(1).ok());
   auto again = s.requeue(2);
   REQUIRE_FALSE(again.ok());
-  CHECK(again.error().message() == "scontrol requeue 2: exit 1: Job is pending execution for job 2");
+  CHECK(again.error().message() ==
+        "scontrol requeue 2: exit 1: Job is pending execution for job 2");
   CHECK(s.set_excluded_nodes(1, add_excluded_node("n3", "n1")).ok());
   auto hosts = s.hostnames_function()("n[1-2]");
   REQUIRE(hosts.ok());
@@ -332,13 +344,14 @@ TEST_CASE("slurm command runner: output, exit codes, timeouts, a missing program
   CHECK(missing.error().code() == ErrorCode::kNotFound);
   // SIGTERM does not end it (Slurm signals every process of the job, this one too); other
   // signals keep their default action even where this process ignores them.
-  auto survives = run_command_blocking({"sh", "-c", "kill -TERM $$; echo alive"},
-                                       std::chrono::seconds(10));
+  auto survives =
+      run_command_blocking({"sh", "-c", "kill -TERM $$; echo alive"}, std::chrono::seconds(10));
   REQUIRE(survives.ok());
   CHECK(survives->exit_code == 0);
   CHECK(survives->out == "alive\n");
   auto previous = std::signal(SIGUSR2, SIG_IGN);
-  auto killed = run_command_blocking({"sh", "-c", "kill -USR2 $$; sleep 5"}, std::chrono::seconds(10));
+  auto killed =
+      run_command_blocking({"sh", "-c", "kill -USR2 $$; sleep 5"}, std::chrono::seconds(10));
   std::signal(SIGUSR2, previous);
   REQUIRE(killed.ok());
   CHECK(killed->exit_code == 128 + SIGUSR2);

@@ -20,16 +20,16 @@ TEST_CASE(
   options.nodes = 1;
   options.preempt_mode = mode;
   auto c = start_cluster(options);
-  const std::vector<std::string> args = {"--steps", "800", "--rows",     "64",
-                                         "--log-every", "0", "--sleep-ms", "10"};
+  const std::vector<std::string> args = {"--steps",     "800", "--rows",     "64",
+                                         "--log-every", "0",   "--sleep-ms", "10"};
   SlurmRun run(args);
   const auto victim = submit_or_fail(*c, shipped_script(),
                                      run.sbatch_args({"-p", kSlurmLowPartition, "--exclusive"}));
   wait_state_or_fail(*c, victim, {"RUNNING"}, 30s);
   run.wait_hellos(2, 30s);
   std::this_thread::sleep_for(500ms);
-  const auto high = submit_or_fail(*c, "#!/bin/bash\nsleep 3\n",
-                                   {"-p", kSlurmHighPartition, "--exclusive"});
+  const auto high =
+      submit_or_fail(*c, "#!/bin/bash\nsleep 3\n", {"-p", kSlurmHighPartition, "--exclusive"});
   run.wait_event("slurm_decision", 1, 60s);
   const auto high_job = wait_state_or_fail(*c, high, {"COMPLETED"}, 90s);
   const auto job = wait_completed(*c, victim, run, 120s);

@@ -68,9 +68,9 @@ TEST_CASE(
   INFO(run.events_text());
   CHECK(field(run.named("launch").back(), "resume_step") != "-1");
   TempDir ref;
-  const auto r = run_command("PYTHONPATH=" + source_dir() + "/hooks/python SHARDGUARD_LIB=" +
-                             SG_LIB + " " + kPython + " " + trainer_script() +
-                             " --steps 1000 --checkpoint-dir " + ref.path() + "/ckpt");
+  const auto r = run_command(
+      "PYTHONPATH=" + source_dir() + "/hooks/python SHARDGUARD_LIB=" + SG_LIB + " " + kPython +
+      " " + trainer_script() + " --steps 1000 --checkpoint-dir " + ref.path() + "/ckpt");
   REQUIRE(r.exit_code == 0);
   CHECK(final_hash(run.dirs.ckpt()) == final_hash(ref.path() + "/ckpt"));
 }

@@ -23,8 +23,8 @@ SlurmCluster& cluster() {
 }
 
 std::vector<std::string> train(int steps, int sleep_ms = 10) {
-  return {"--steps",     std::to_string(steps), "--rows",   "64",
-          "--log-every", "0",                   "--sleep-ms", std::to_string(sleep_ms)};
+  return {"--steps",    std::to_string(steps),   "--rows", "64", "--log-every", "0",
+          "--sleep-ms", std::to_string(sleep_ms)};
 }
 
 // The job ran twice: one emergency checkpoint, then a resume from it to the end.
@@ -179,8 +179,8 @@ TEST_CASE(
   // limit (5-22 s after the start here): the training outlasts that.
   const auto args = train(2500, 20);
   SlurmRun run(args);
-  const auto id = submit_or_fail(c, shipped_script(),
-                                 run.sbatch_args({"--time=1", "--signal=B:USR1@50"}));
+  const auto id =
+      submit_or_fail(c, shipped_script(), run.sbatch_args({"--time=1", "--signal=B:USR1@50"}));
   wait_state_or_fail(c, id, {"RUNNING"}, 30s);
   run.wait_event("slurm_decision", 1, 90s);
   // The rerun gets the same limit and would be signalled again: give it time to finish.

@@ -18,8 +18,8 @@ TEST_CASE(
   options.nodes = 1;
   auto c = start_cluster(options);
   // About 100 s of training: the limit (60-90 s) comes first.
-  const std::vector<std::string> args = {"--steps", "5000", "--rows",     "64",
-                                         "--log-every", "0", "--sleep-ms", "20"};
+  const std::vector<std::string> args = {"--steps",     "5000", "--rows",     "64",
+                                         "--log-every", "0",    "--sleep-ms", "20"};
   SlurmRun run(args);
   const std::string script = without_lines(shipped_script(), "#SBATCH --signal");
   REQUIRE(script.find("#SBATCH --signal") == std::string::npos);
@@ -28,8 +28,9 @@ TEST_CASE(
   run.wait_event("slurm_decision", 1, 150s);
   // The rerun gets the same limit: give it time to finish.
   wait_state_or_fail(*c, id, {"PENDING"}, 30s);
-  REQUIRE(c->run({"scontrol", "update", "JobId=" + std::to_string(id), "TimeLimit=10"})
-              ->exit_code == 0);
+  REQUIRE(
+      c->run({"scontrol", "update", "JobId=" + std::to_string(id), "TimeLimit=10"})->exit_code ==
+      0);
   const auto job = wait_completed(*c, id, run, 240s);
   print_decisions("time limit, no --signal", run);
   INFO(run.events_text());
