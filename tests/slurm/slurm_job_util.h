@@ -22,10 +22,10 @@ inline std::string source_dir() {
   return s ? s : ".";
 }
 
-// examples/slurm/train.sbatch, as shipped.
-inline std::string shipped_script() {
-  const std::string text = slurp(source_dir() + "/examples/slurm/train.sbatch");
-  if (text.empty()) FAIL("cannot read examples/slurm/train.sbatch under " << source_dir());
+// A script of examples/slurm/ (the one-node train.sbatch by default), as shipped.
+inline std::string shipped_script(const std::string& name = "train.sbatch") {
+  const std::string text = slurp(source_dir() + "/examples/slurm/" + name);
+  if (text.empty()) FAIL("cannot read examples/slurm/" << name << " under " << source_dir());
   return text;
 }
 
