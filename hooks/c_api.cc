@@ -220,12 +220,23 @@ sg_status sg_client_report_resume_failure(sg_client* c, const sg_reader* reader,
 sg_status sg_client_restore_signal(sg_client* c) {
   return boundary("sg_client_restore_signal", [&]() -> sg_status {
     if (!options_of(c)) return fail(ErrorCode::kInvalid, "sg_client_restore_signal: no client");
-    if (!c->signal_action) return SG_OK;  // the client handles no signal
+    if (c->client->handles_sigterm()) {
+      if (auto st = c->client->restore_signal_handlers(); !st.ok()) return fail(st.error());
+    }
+    if (!c->signal_action) return SG_OK;  // the client handles no checkpoint signal
     const int sig = c->client->options().checkpoint_signal;
     if (::sigaction(sig, &*c->signal_action, nullptr) != 0)
       return fail(Error::from_errno("restore handler of signal " + std::to_string(sig), errno));
     return SG_OK;
   });
+}
+
+// No allocation, no lock: a Python signal handler may call this from the signal's context.
+sg_status sg_client_notify_sigterm(sg_client* c) {
+  if (c == nullptr || !c->client) return SG_ERR_INVALID;
+  if (!c->client->handles_sigterm()) return SG_ERR_UNSUPPORTED;
+  hooks::Client::notify_sigterm();
+  return SG_OK;
 }
 
 }  // extern "C"

@@ -12,6 +12,14 @@
 // schedule and `checkpoint_now` requests, and reports begin / committed / failed. The
 // checkpoint signal (default SIGUSR1) only sets a flag. Run outside shardguard it still
 // works: plain checkpoints to a directory given in code, resuming from the newest complete.
+//
+// SIGTERM: under shardguard the client catches it by default (handle_sigterm,
+// SHARDGUARD_HANDLE_SIGTERM=0 opts out). Slurm sends it to every process of a job (scancel,
+// time limit, preemption, requeue) and shardguard never does, so it means "the job is being
+// stopped": the handler sets a flag, the client tells the supervisor (`signal`) within about
+// 100 ms and keeps training until the supervisor's checkpoint_now names the step every rank
+// saves; should_exit() is then true after that save (exit 75). A `stop` that came first wins.
+// Outside shardguard, where it is off unless asked for, SIGTERM saves the step at hand.
 // Thread-safety: the public methods are called from the training thread; a reader thread
 // and (in async mode) a save thread run inside.
 #pragma once
@@ -50,6 +58,9 @@ struct ClientOptions {
   std::string control_socket;    // empty: no agent
   bool under_shardguard = false;  // SHARDGUARD_JOB_ID was set
   int checkpoint_signal = SIGUSR1;  // 0: none
+  // Catch SIGTERM (see above). nullopt: when under shardguard (SHARDGUARD_HANDLE_SIGTERM);
+  // create() resolves it. Moot when the checkpoint signal is SIGTERM itself.
+  std::optional<bool> handle_sigterm;
   uint64_t every_steps = 0;      // periodic checkpoints without an agent (0: off)
   bool async = false;            // save() returns after the snapshot; the write goes on
   int io_threads = 4;
@@ -98,6 +109,13 @@ class Client {
   // For hosts that catch the checkpoint signal themselves (Python's signal module): the
   // same as the signal arriving. The flag is process-wide, as the signal is.
   void notify_signal();
+  // The same for SIGTERM, when handles_sigterm(). Async-signal-safe (sets a flag only).
+  static void notify_sigterm();
+  // Whether this client catches SIGTERM (options().handle_sigterm, resolved).
+  bool handles_sigterm() const;
+  // Puts the client's own handlers (checkpoint signal, SIGTERM) back after a host replaced
+  // them; the handlers to restore at destruction stay the ones found at creation.
+  Status restore_signal_handlers();
   // True once an emergency checkpoint is committed or the agent said stop: exit cleanly
   // (with shardguard::kJobExitAfterEmergency, 75, after an emergency checkpoint).
   bool should_exit() const;

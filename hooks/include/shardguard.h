@@ -106,11 +106,17 @@ SG_API uint64_t sg_client_last_committed_step(const sg_client* client);
 /* For hosts that catch the checkpoint signal themselves (a Python handler): acts as if the
  * client's own handler had seen it. Async-signal-safe. */
 SG_API sg_status sg_client_notify_signal(sg_client* client);
-/* Re-installs the client's handler for its checkpoint signal (after a host replaced it). */
+/* Re-installs the client's handlers for its checkpoint signal and, when it catches it,
+ * SIGTERM (after a host replaced them). */
 SG_API sg_status sg_client_restore_signal(sg_client* client);
 /* How long rank 0 waits for every rank's part of a checkpoint (SHARDGUARD_COMMIT_TIMEOUT_MS),
  * in milliseconds. */
 SG_API uint64_t sg_client_commit_timeout_ms(const sg_client* client);
+/* For hosts that catch SIGTERM themselves: acts as if the client's own SIGTERM handler had
+ * seen it (under shardguard the client tells the supervisor, which picks the step to save).
+ * SG_ERR_UNSUPPORTED when the client does not catch SIGTERM (outside shardguard by default,
+ * or SHARDGUARD_HANDLE_SIGTERM=0). Async-signal-safe. */
+SG_API sg_status sg_client_notify_sigterm(sg_client* client);
 
 /* ---- resume ---- */
 

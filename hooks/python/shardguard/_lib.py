@@ -94,6 +94,7 @@ _PROTOTYPES = {
     "sg_client_commit_timeout_ms": (_u64, [_vp]),
     "sg_client_resume_manifest": (_cp, [_vp]),
     "sg_client_report_resume_failure": (_int, [_vp, _vp, _cp]),
+    "sg_client_notify_sigterm": (_int, [_vp]),
     "sg_client_open_resume": (_int, [_vp, _c.POINTER(_vp)]),
     "sg_reader_open": (_int, [_cp, _c.POINTER(_vp)]),
     "sg_reader_free": (None, [_vp]),

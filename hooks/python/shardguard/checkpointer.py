@@ -40,6 +40,7 @@ import collections
 import ctypes
 import json
 import logging
+import signal
 import time
 import weakref
 
@@ -172,7 +173,10 @@ class Checkpointer:
         the client or by a PreemptionGuard)."""
         from . import guard
         self._check_owed(step)
-        if guard.take_pending() and lib.sg_client_notify_signal(self._h) != 0:
+        pending = guard.take_pending()
+        if signal.SIGTERM in pending and lib.sg_client_notify_sigterm(self._h) == 0:
+            pending.discard(signal.SIGTERM)  # the client tells the supervisor
+        if pending and lib.sg_client_notify_signal(self._h) != 0:
             if self._fallback_step is None:
                 self._fallback_step = int(step)
         if self._fallback_step is not None and not self._fallback_exit:
