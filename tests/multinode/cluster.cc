@@ -9,6 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdio>
+#define CATCH_CONFIG_EXTERNAL_INTERFACES  // the listener below
 #include <catch2/catch.hpp>
 #include <fstream>
 #include <map>
@@ -21,6 +24,18 @@ namespace shardguard::testing::multinode {
 namespace {
 
 using namespace std::chrono_literals;
+
+// Failed assertions so far in this test binary, so that a cluster knows whether to show the
+// nodes' logs when it goes away.
+std::atomic<uint64_t> g_failed{0};
+
+struct FailureCounter : Catch::TestEventListenerBase {
+  using TestEventListenerBase::TestEventListenerBase;
+  bool assertionEnded(Catch::AssertionStats const& stats) override {
+    if (!stats.assertionResult.isOk()) ++g_failed;
+    return true;
+  }
+};
 
 bool can_bind(uint16_t port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -70,6 +85,8 @@ std::string tail(const std::string& text, size_t bytes) {
 }
 
 }  // namespace
+
+CATCH_REGISTER_LISTENER(FailureCounter)
 
 uint16_t free_port_block(int count) {
   std::mt19937 rng(static_cast<uint32_t>(::getpid()) ^
@@ -123,6 +140,7 @@ Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {
                          << options_.extra_config;
   nodes_.resize(static_cast<size_t>(options_.nodes));
   stopped_.resize(static_cast<size_t>(options_.nodes));
+  failures_at_start_ = g_failed.load();
 }
 
 Cluster::~Cluster() {
@@ -130,6 +148,10 @@ Cluster::~Cluster() {
     for (pid_t p : s) ::kill(p, SIGCONT);
   for (auto& node : nodes_)
     if (node && !node->wait(0ms)) kill_tree(*node);
+  if (g_failed.load() != failures_at_start_) {
+    std::printf("%s", logs().c_str());
+    std::fflush(stdout);
+  }
 }
 
 std::string Cluster::address(int k) const {
@@ -171,7 +193,7 @@ std::vector<std::string> Cluster::node_argv(int k, const std::string& secret) co
 
 void Cluster::start(int k) {
   auto& slot = nodes_.at(static_cast<size_t>(k));
-  REQUIRE((!slot || slot->wait(0ms).has_value()));
+  REQUIRE((!slot || slot->wait(0ms).has_value()));  // never two of one node
   slot = std::make_unique<Background>(node_argv(k), tmp_ / ("node-" + std::to_string(k) + ".log"));
   REQUIRE(slot->pid() > 0);
 }
@@ -180,10 +202,10 @@ void Cluster::start_all() {
   for (int k = 0; k < options_.nodes; ++k) start(k);
 }
 
-std::optional<int> Cluster::wait(int k, std::chrono::milliseconds timeout) {
+int Cluster::wait(int k, std::chrono::milliseconds timeout) {
   auto& slot = nodes_.at(static_cast<size_t>(k));
-  if (!slot) return std::nullopt;
-  return slot->wait(timeout);
+  if (!slot) return -1;
+  return slot->wait(timeout).value_or(-1);
 }
 
 bool Cluster::wait_all(int code, std::chrono::milliseconds timeout) {
@@ -195,7 +217,7 @@ bool Cluster::wait_all(int code, std::chrono::milliseconds timeout) {
                                std::chrono::duration_cast<std::chrono::milliseconds>(
                                    until - std::chrono::steady_clock::now()));
     const auto got = wait(k, left);
-    UNSCOPED_INFO("node " << k << " exit: " << (got ? std::to_string(*got) : "still running"));
+    UNSCOPED_INFO("node " << k << " exit: " << (got >= 0 ? std::to_string(got) : "still running"));
     all = all && got == code;
   }
   return all;

@@ -6,6 +6,9 @@
 // namespace. A node can be started again after it died, SIGKILLed whole (its supervisor and
 // every descendant), or frozen and thawed whole (SIGSTOP/SIGCONT), as a VM would be.
 //
+// When an assertion fails while a cluster exists, the tail of every node's log is printed as
+// the cluster goes away (what the nodes said up to the end).
+//
 // Each cluster takes its own ports (the rendezvous endpoint and a block for MASTER_PORT,
 // which is [job] master_port + epoch % 100) and its own job id, so tests can run in
 // parallel. Everything still running is SIGKILLed when the cluster goes out of scope.
@@ -65,8 +68,8 @@ class Cluster {
   void start_all();
   // Node k's `shardguard run` argv; `secret` overrides the secret file (a wrong one).
   std::vector<std::string> node_argv(int k, const std::string& secret = "") const;
-  // The exit code of node k (128+signal when killed), nullopt while it runs at the timeout.
-  std::optional<int> wait(int k, std::chrono::milliseconds timeout);
+  // The exit code of node k (128+signal when killed), or -1 while it runs at the timeout.
+  int wait(int k, std::chrono::milliseconds timeout);
   // Waits for every node that runs; true when all exited with `code` within `timeout`.
   bool wait_all(int code, std::chrono::milliseconds timeout);
   pid_t pid(int k) const;
@@ -105,6 +108,7 @@ class Cluster {
   uint16_t rdzv_port_ = 0, master_port_ = 0;
   std::vector<std::unique_ptr<Background>> nodes_;
   std::vector<std::vector<pid_t>> stopped_;
+  uint64_t failures_at_start_ = 0;
 };
 
 }  // namespace shardguard::testing::multinode

@@ -29,7 +29,6 @@ TEST_CASE("Nodes on loopback train one job to the end, bit-identical to one rank
   o.trainer_args = train_args(300);
   Cluster c(o);
   c.start_all();
-  INFO(c.logs());
   REQUIRE(c.wait_all(0, 120s));
   const auto events = c.events();
   const auto launches = of_type(events, "launch");
@@ -57,7 +56,6 @@ TEST_CASE(
   o.trainer_args = train_args(1200);
   Cluster c(o);
   c.start_all();
-  INFO(c.logs());
   // Wait until the 3-node epoch has committed a checkpoint, then lose node 2 whole.
   REQUIRE(wait_event_type(c, "checkpoint_committed", 60s));
   const auto killed = c.kill_node(2);

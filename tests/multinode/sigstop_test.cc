@@ -132,7 +132,6 @@ TEST_CASE(
   o.trainer_args = train_args(1200, true);
   Cluster c(o);
   c.start_all();
-  INFO(c.logs());
   const Freeze f = freeze_node_2(c, true);
   // Fewer than 3 nodes: nothing launches while node 2 is away.
   std::this_thread::sleep_for(1500ms);
@@ -161,7 +160,6 @@ TEST_CASE(
   o.trainer_args = train_args(1500, true);
   Cluster c(o);
   c.start_all();
-  INFO(c.logs());
   const Freeze f = freeze_node_2(c, true);
   const auto shrunk = wait_event_type(c, "launch", 30s, 1);
   REQUIRE(shrunk);
@@ -205,7 +203,6 @@ TEST_CASE(
   o.trainer_args = train_args(1500, false);
   Cluster c(o);
   c.start_all();
-  INFO(c.logs());
   freeze_node_2(c, false);
   REQUIRE(wait_event_type(c, "launch", 30s, 1));
   const auto stale = rank_pid(c, 0, 2);
