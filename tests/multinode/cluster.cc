@@ -140,6 +140,7 @@ Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {
                          << options_.extra_config;
   nodes_.resize(static_cast<size_t>(options_.nodes));
   stopped_.resize(static_cast<size_t>(options_.nodes));
+  endpoint_.resize(static_cast<size_t>(options_.nodes));
   failures_at_start_ = g_failed.load();
 }
 
@@ -160,8 +161,13 @@ std::string Cluster::address(int k) const {
 
 std::string Cluster::run_dir(int k) const { return tmp_ / ("run-" + std::to_string(k)); }
 
+void Cluster::set_endpoint(int k, const std::string& host_port) {
+  endpoint_.at(static_cast<size_t>(k)) = host_port;
+}
+
 std::vector<std::string> Cluster::node_argv(int k, const std::string& secret) const {
   const std::string host = options_.rdzv_host.empty() ? "127.0.0.1" : options_.rdzv_host;
+  const std::string& via = endpoint_.at(static_cast<size_t>(k));
   std::vector<std::string> argv = {shardguard_bin(),
                                    "run",
                                    "--config",
@@ -169,7 +175,7 @@ std::vector<std::string> Cluster::node_argv(int k, const std::string& secret) co
                                    "--nnodes",
                                    options_.nnodes,
                                    "--rdzv-endpoint",
-                                   host + ":" + std::to_string(rdzv_port_),
+                                   via.empty() ? host + ":" + std::to_string(rdzv_port_) : via,
                                    "--node-rank",
                                    std::to_string(k),
                                    "--nproc-per-node",

@@ -66,6 +66,8 @@ class Cluster {
   // Starts node k (again, if it ran before: its log is appended to, its run dir kept).
   void start(int k);
   void start_all();
+  // Node k connects to `host_port` instead of the coordinator (a proxy on the path).
+  void set_endpoint(int k, const std::string& host_port);
   // Node k's `shardguard run` argv; `secret` overrides the secret file (a wrong one).
   std::vector<std::string> node_argv(int k, const std::string& secret = "") const;
   // The exit code of node k (128+signal when killed), or -1 while it runs at the timeout.
@@ -108,6 +110,7 @@ class Cluster {
   uint16_t rdzv_port_ = 0, master_port_ = 0;
   std::vector<std::unique_ptr<Background>> nodes_;
   std::vector<std::vector<pid_t>> stopped_;
+  std::vector<std::string> endpoint_;  // per node; empty: the coordinator's
   uint64_t failures_at_start_ = 0;
 };
 
