@@ -105,6 +105,29 @@ std::optional<EventRecord> wait_event_type(const Cluster& cluster, const std::st
   return std::nullopt;
 }
 
+bool wait_all_unless_race(Cluster& cluster, int code, std::chrono::milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    bool all = true;
+    for (int k = 0; k < cluster.options().nodes; ++k) {
+      const int got = cluster.wait(k, 1ms);
+      if (got >= 0 && got != code) {
+        UNSCOPED_INFO("node " << k << " exited " << got);
+        return false;
+      }
+      all = all && got == code;
+    }
+    if (all) return true;
+    for (int k = 0; k < cluster.options().nodes; ++k)
+      if (cluster.log(k).find("hello refused: no attempt is running") != std::string::npos) {
+        WARN("node " << k << ": a relaunched rank was refused (the NodeRunner relaunch race)");
+        return false;
+      }
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(200ms);
+  }
+}
+
 std::string final_hash(const std::string& ckpt) {
   return run_command(shardguard_bin() + " ckpt inspect --hash " + ckpt).out;
 }

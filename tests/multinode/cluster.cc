@@ -148,7 +148,7 @@ Cluster::~Cluster() {
   for (auto& s : stopped_)
     for (pid_t p : s) ::kill(p, SIGCONT);
   for (auto& node : nodes_)
-    if (node && !node->wait(0ms)) kill_tree(*node);
+    if (node && !node->wait(1ms)) kill_tree(*node);
   if (g_failed.load() != failures_at_start_) {
     std::printf("%s", logs().c_str());
     std::fflush(stdout);
@@ -199,7 +199,7 @@ std::vector<std::string> Cluster::node_argv(int k, const std::string& secret) co
 
 void Cluster::start(int k) {
   auto& slot = nodes_.at(static_cast<size_t>(k));
-  REQUIRE((!slot || slot->wait(0ms).has_value()));  // never two of one node
+  REQUIRE((!slot || slot->wait(1ms).has_value()));  // never two of one node
   slot = std::make_unique<Background>(node_argv(k), tmp_ / ("node-" + std::to_string(k) + ".log"));
   REQUIRE(slot->pid() > 0);
 }
@@ -236,7 +236,7 @@ std::vector<pid_t> Cluster::kill_node(int k) {
   REQUIRE(slot);
   const std::vector<pid_t> tree = kill_tree(*slot);
   stopped_[static_cast<size_t>(k)].clear();
-  REQUIRE(slot->wait(0ms).has_value());
+  REQUIRE(slot->wait(1ms).has_value());
   return tree;
 }
 
