@@ -56,7 +56,8 @@ TEST_CASE(
   CHECK_THAT(field(*lost, "why"), Catch::Contains("no heartbeat for 3000 ms"));
   INFO("declared lost " << lost->time_unix_ms - after << " to " << lost->time_unix_ms - before
                         << " ms after the partition");
-  CHECK(lost->time_unix_ms - before >= 2800);
+  // 3 s of silence from the node's last message (a heartbeat at least every second).
+  CHECK(lost->time_unix_ms - before >= 2000);
   CHECK(lost->time_unix_ms - after <= 4500);
   const auto shrunk = wait_event_type(c, "launch", 30s, 1);
   REQUIRE(shrunk);
