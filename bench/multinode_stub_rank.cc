@@ -8,9 +8,9 @@
 //
 // Polling the client every ~1 ms bounds how late a request is seen; the figure is the latency
 // of the network plane plus at most that.
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
 
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   }
   hooks::Client& c = **client;
   const auto& o = c.options();
-  const std::string path = out_dir + "/a" + std::to_string(o.attempt) + "-r" + std::to_string(o.rank) + ".txt";
+  const std::string path =
+      out_dir + "/a" + std::to_string(o.attempt) + "-r" + std::to_string(o.rank) + ".txt";
   std::ofstream out(path, std::ios::app);
   out << "start_unix_ns=" << now_ns() << "\n" << std::flush;
 

@@ -24,8 +24,8 @@ using namespace std::chrono_literals;
 namespace {
 
 std::vector<std::string> train_args(int steps, bool allreduce = false) {
-  std::vector<std::string> a = {"--steps",     std::to_string(steps), "--rows", "64",
-                                "--log-every", "0", "--sleep-ms",     "5"};
+  std::vector<std::string> a = {"--steps", std::to_string(steps), "--rows", "64", "--log-every",
+                                "0",       "--sleep-ms",          "5"};
   if (allreduce) a.push_back("--allreduce");
   return a;
 }

@@ -152,8 +152,9 @@ std::string allreduce_reference(const std::vector<std::string>& trainer_args, ui
                                   << "run_dir = \"" << ref.path() << "/run\"\n"
                                   << "master_port = " << free_port_block(2) << "\n"
                                   << "[checkpoint]\nevery_steps = 1000000\n";
-  const auto r = run_command(shardguard_bin() + " run --config " + ref.path() + "/job.toml --nproc " +
-                             std::to_string(world) + " -- " + trainer_path() + " --allreduce" + args);
+  const auto r =
+      run_command(shardguard_bin() + " run --config " + ref.path() + "/job.toml --nproc " +
+                  std::to_string(world) + " -- " + trainer_path() + " --allreduce" + args);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   return cache[key] = final_hash(ref.path() + "/ckpt");
@@ -167,11 +168,10 @@ std::vector<CommittedCheckpoint> checkpoints(const std::string& ckpt) {
   for (const auto& e : *entries) {
     if (e.state != checkpoint::CheckpointState::kComplete || !e.manifest) continue;
     const auto& m = *e.manifest;
-    out.push_back({m.step, m.attempt, m.world_size, std::string(checkpoint::save_reason_name(m.reason)),
-                   m.created_unix_ms});
+    out.push_back({m.step, m.attempt, m.world_size,
+                   std::string(checkpoint::save_reason_name(m.reason)), m.created_unix_ms});
   }
-  std::sort(out.begin(), out.end(),
-            [](const auto& a, const auto& b) { return a.step < b.step; });
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return out;
 }
 
@@ -242,7 +242,8 @@ std::vector<ResumeDump> verify_resume_dumps(const std::string& dump_dir) {
       CHECK(std::memcmp(saved.data(), bin.data() + at, tensor_bytes) == 0);
       at += tensor_bytes;
     }
-    const auto& rs = reader->rank_state(d.rank < d.saved_world_size ? static_cast<uint32_t>(d.rank) : 0);
+    const auto& rs =
+        reader->rank_state(d.rank < d.saved_world_size ? static_cast<uint32_t>(d.rank) : 0);
     CHECK(rs.rng == kv["rng"]);
     CHECK(rs.data_position == kv["position"]);
     CHECK(allreduce_prev(reader->global().user) == kv["prev_global_loss"]);

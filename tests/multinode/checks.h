@@ -70,8 +70,8 @@ void check_history(const std::vector<EventRecord>& events, const std::string& ck
 
 struct ResumeDump {
   uint64_t attempt = 0, rank = 0, step = 0;
-  uint32_t world_size = 0;           // of the resumed attempt
-  uint32_t saved_world_size = 0;     // of the checkpoint it loaded
+  uint32_t world_size = 0;        // of the resumed attempt
+  uint32_t saved_world_size = 0;  // of the checkpoint it loaded
   std::string manifest;
 };
 // Reads every dump in `dump_dir`, opens the manifest it names, and compares (REQUIREs

@@ -1,3 +1,5 @@
+// Catch2's listener interface, for the failure counter below.
+#define CATCH_CONFIG_EXTERNAL_INTERFACES
 #include "tests/multinode/cluster.h"
 
 #include <arpa/inet.h>
@@ -10,9 +12,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdio>
-#define CATCH_CONFIG_EXTERNAL_INTERFACES  // the listener below
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
@@ -89,8 +90,9 @@ std::string tail(const std::string& text, size_t bytes) {
 CATCH_REGISTER_LISTENER(FailureCounter)
 
 uint16_t free_port_block(int count) {
-  std::mt19937 rng(static_cast<uint32_t>(::getpid()) ^
-                   static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::mt19937 rng(
+      static_cast<uint32_t>(::getpid()) ^
+      static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
   std::uniform_int_distribution<int> pick(20000, 32000 - count);
   for (int tries = 0; tries < 200; ++tries) {
     const auto base = static_cast<uint16_t>(pick(rng));
@@ -168,26 +170,17 @@ void Cluster::set_endpoint(int k, const std::string& host_port) {
 std::vector<std::string> Cluster::node_argv(int k, const std::string& secret) const {
   const std::string host = options_.rdzv_host.empty() ? "127.0.0.1" : options_.rdzv_host;
   const std::string& via = endpoint_.at(static_cast<size_t>(k));
-  std::vector<std::string> argv = {shardguard_bin(),
-                                   "run",
-                                   "--config",
-                                   config_,
-                                   "--nnodes",
-                                   options_.nnodes,
-                                   "--rdzv-endpoint",
-                                   via.empty() ? host + ":" + std::to_string(rdzv_port_) : via,
-                                   "--node-rank",
-                                   std::to_string(k),
-                                   "--nproc-per-node",
-                                   std::to_string(options_.nproc_per_node),
-                                   "--node-address",
-                                   address(k),
-                                   "--secret-file",
-                                   secret.empty() ? secret_ : secret,
-                                   "--run-dir",
-                                   run_dir(k),
-                                   "--job-id",
-                                   job_id_};
+  std::vector<std::string> argv = {
+      shardguard_bin(),   "run",
+      "--config",         config_,
+      "--nnodes",         options_.nnodes,
+      "--rdzv-endpoint",  via.empty() ? host + ":" + std::to_string(rdzv_port_) : via,
+      "--node-rank",      std::to_string(k),
+      "--nproc-per-node", std::to_string(options_.nproc_per_node),
+      "--node-address",   address(k),
+      "--secret-file",    secret.empty() ? secret_ : secret,
+      "--run-dir",        run_dir(k),
+      "--job-id",         job_id_};
   if (!options_.join_window.empty()) {
     argv.push_back("--join-window");
     argv.push_back(options_.join_window);
@@ -266,12 +259,15 @@ std::vector<supervisor::EventRecord> Cluster::node_events(int k) const {
   return e.ok() ? *e : std::vector<supervisor::EventRecord>{};
 }
 
-std::string Cluster::log(int k) const { return slurp(tmp_ / ("node-" + std::to_string(k) + ".log")); }
+std::string Cluster::log(int k) const {
+  return slurp(tmp_ / ("node-" + std::to_string(k) + ".log"));
+}
 
 std::string Cluster::logs() const {
   std::string out;
   for (int k = 0; k < options_.nodes; ++k)
-    out += "---- node " + std::to_string(k) + " (" + tmp_.path() + ")\n" + tail(log(k), 6000) + "\n";
+    out +=
+        "---- node " + std::to_string(k) + " (" + tmp_.path() + ")\n" + tail(log(k), 6000) + "\n";
   return out;
 }
 

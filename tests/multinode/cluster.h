@@ -42,13 +42,13 @@ std::vector<pid_t> process_tree(pid_t pid);
 std::string trainer_path();
 
 struct ClusterOptions {
-  int nodes = 3;                  // node processes (node ranks 0..nodes-1)
-  std::string nnodes = "3";       // --nnodes: "N" or "MIN:MAX"
+  int nodes = 3;             // node processes (node ranks 0..nodes-1)
+  std::string nnodes = "3";  // --nnodes: "N" or "MIN:MAX"
   uint32_t nproc_per_node = 1;
   std::vector<std::string> trainer_args;
   std::string join_window = "20s";  // the first launch waits for every node (up to MAX)
   int every_steps = 50;
-  std::string extra_config;         // appended to the job's TOML
+  std::string extra_config;  // appended to the job's TOML
   // Network namespaces: where node k's ranks are reached, where the coordinator listens, and
   // how node k's argv is run (e.g. {"ip", "netns", "exec", ns, argv...}). Empty: loopback.
   std::function<std::string(int node)> address;

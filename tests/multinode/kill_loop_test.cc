@@ -43,8 +43,10 @@ TEST_CASE("Nodes SIGKILLed whole and started again, over and over: bit-identical
   o.nnodes = "2:3";
   // Enough steps for every kill (each cycle: a commit, the kill, the shrink, the return, the
   // growth), then the rest of the run undisturbed.
-  o.trainer_args = {"--steps", std::to_string(1000 + 700 * kills), "--rows", "64",
-                    "--log-every", "0", "--sleep-ms", "5"};
+  o.trainer_args = {"--steps",     std::to_string(1000 + 700 * kills),
+                    "--rows",      "64",
+                    "--log-every", "0",
+                    "--sleep-ms",  "5"};
   Cluster c(o);
   c.start_all();
   REQUIRE(wait_event_type(c, "launch", 60s));

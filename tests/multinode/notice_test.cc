@@ -20,8 +20,8 @@ using namespace std::chrono_literals;
 namespace {
 
 std::vector<std::string> train_args(int steps) {
-  return {"--steps",     std::to_string(steps), "--rows",     "64", "--log-every",
-          "0",           "--sleep-ms",          "5",          "--allreduce"};
+  return {"--steps", std::to_string(steps), "--rows", "64",         "--log-every",
+          "0",       "--sleep-ms",          "5",      "--allreduce"};
 }
 
 enum class How { kSigterm, kDrain };
@@ -56,8 +56,9 @@ uint64_t check_one_emergency(const Cluster& c, int node, uint64_t attempt, uint3
   int emergency_manifests = 0;
   for (const auto& m : all) emergency_manifests += m.reason == "emergency";
   CHECK(emergency_manifests == 1);
-  const auto it = std::find_if(all.begin(), all.end(),
-                               [&](const CommittedCheckpoint& m) { return m.reason == "emergency"; });
+  const auto it = std::find_if(all.begin(), all.end(), [&](const CommittedCheckpoint& m) {
+    return m.reason == "emergency";
+  });
   REQUIRE(it != all.end());
   CHECK(it->step == at_step);
   CHECK(it->attempt == attempt);

@@ -65,14 +65,15 @@ TEST_CASE(
 
   // Cut off, node 2's rank of epoch 0 still trains (and saves its shard of later steps): it
   // must never publish. Let the 2-node epoch commit meanwhile.
-  const auto stale = pids_with_env({"SHARDGUARD_JOB_ID=" + c.job_id(), "SHARDGUARD_ATTEMPT=0",
-                                    "SHARDGUARD_RANK=2"});
+  const auto stale = pids_with_env(
+      {"SHARDGUARD_JOB_ID=" + c.job_id(), "SHARDGUARD_ATTEMPT=0", "SHARDGUARD_RANK=2"});
   CHECK(stale.size() == 1);
-  REQUIRE(wait_event(c,
-                     [](const EventRecord& e) {
-                       return e.type == "checkpoint_committed" && field(e, "attempt") == "1";
-                     },
-                     30s));
+  REQUIRE(wait_event(
+      c,
+      [](const EventRecord& e) {
+        return e.type == "checkpoint_committed" && field(e, "attempt") == "1";
+      },
+      30s));
   REQUIRE(net.heal(2).ok());
   const bool rejoined = eventually(
       [&] {

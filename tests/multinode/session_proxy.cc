@@ -80,7 +80,8 @@ std::vector<std::string> SessionProxy::frames(size_t conn) {
   return conn < conns_.size() ? conns_[conn].frames : std::vector<std::string>{};
 }
 
-bool SessionProxy::inject(size_t conn, const std::string& bytes, std::chrono::milliseconds timeout) {
+bool SessionProxy::inject(size_t conn, const std::string& bytes,
+                          std::chrono::milliseconds timeout) {
   {
     std::lock_guard lock(mu_);
     if (conn >= conns_.size() || conns_[conn].closed) return false;

@@ -22,8 +22,8 @@ using namespace std::chrono_literals;
 namespace {
 
 std::vector<std::string> train_args(int steps, bool allreduce) {
-  std::vector<std::string> a = {"--steps", std::to_string(steps), "--rows", "64",
-                                "--log-every", "0", "--sleep-ms", "5"};
+  std::vector<std::string> a = {"--steps", std::to_string(steps), "--rows", "64", "--log-every",
+                                "0",       "--sleep-ms",          "5"};
   if (allreduce) a.push_back("--allreduce");
   return a;
 }
@@ -185,11 +185,12 @@ TEST_CASE(
   INFO("relaunched " << relaunch_ms << " ms after the node was declared lost");
   CHECK(relaunch_ms < 2000 + 1500);
   // Let the 2-node epoch commit before the node returns, so the job grows at a checkpoint.
-  REQUIRE(wait_event(c,
-                     [](const EventRecord& e) {
-                       return e.type == "checkpoint_committed" && field(e, "attempt") == "1";
-                     },
-                     30s));
+  REQUIRE(wait_event(
+      c,
+      [](const EventRecord& e) {
+        return e.type == "checkpoint_committed" && field(e, "attempt") == "1";
+      },
+      30s));
   thaw_node_2(c);
   const auto grown = wait_event_type(c, "launch", 30s, 2);
   REQUIRE(grown);
