@@ -1,6 +1,9 @@
 #include "agent/agent_channel.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <boost/json.hpp>
 
@@ -114,9 +117,57 @@ AgentSocketServer::~AgentSocketServer() = default;
 Status AgentSocketServer::start() { return impl_->server->start(); }
 void AgentSocketServer::stop() { impl_->server->stop(); }
 
+namespace {
+
+// The run directory holding `socket_path`, opened without following a link there: a root
+// agent must not be led by a user's symbolic link into another run's directory.
+Result<int> open_run_dir(const std::string& socket_path, std::string& name) {
+  const std::string dir = parent_dir(socket_path);
+  name = socket_path.substr(socket_path.find_last_of('/') + 1);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) return fd;
+  const int err = errno;
+  struct stat st {};
+  if ((err == ELOOP || err == ENOTDIR) && ::lstat(dir.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+    return Error(ErrorCode::kInvalid,
+                 "run directory '" + dir + "' is a symbolic link; not followed", ELOOP);
+  return Error::from_errno("no run listens on '" + socket_path + "': open '" + dir + "'", err);
+}
+
+}  // namespace
+
 Result<std::string> send_notice(const std::string& socket_path, const Notice& notice,
                                 std::chrono::milliseconds timeout) {
-  auto client = io::UnixSocketClient::connect(socket_path);
+  std::string name;
+  SG_ASSIGN_OR_RETURN(int dir_fd, open_run_dir(socket_path, name));
+  struct Closer {
+    int fd;
+    ~Closer() {
+      if (fd >= 0) ::close(fd);
+    }
+  } dir{dir_fd}, sock{-1};
+  // The socket itself, pinned by a descriptor (a link is opened as the link, and refused):
+  // connecting through /proc/self/fd/N then reaches this very inode, so nothing can be
+  // swapped in between the check and the connect.
+  sock.fd = ::openat(dir_fd, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (sock.fd < 0) return Error::from_errno("no run listens on '" + socket_path + "'", errno);
+  struct stat dir_st {
+  }, sock_st{};
+  if (::fstat(dir_fd, &dir_st) != 0 || ::fstat(sock.fd, &sock_st) != 0)
+    return Error::from_errno("stat '" + socket_path + "'", errno);
+  if (!S_ISSOCK(sock_st.st_mode))
+    return Error(ErrorCode::kInvalid,
+                 "'" + socket_path + "' is " +
+                     (S_ISLNK(sock_st.st_mode) ? "a symbolic link" : "not a socket") +
+                     "; not followed");
+  // A run's socket belongs to the run directory's owner (a root job's socket, hard-linked
+  // into a user's directory, is not that run's).
+  if (sock_st.st_uid != dir_st.st_uid)
+    return Error(ErrorCode::kInvalid, "'" + socket_path + "' belongs to uid " +
+                                          std::to_string(sock_st.st_uid) +
+                                          ", not to the run directory's owner (uid " +
+                                          std::to_string(dir_st.st_uid) + "); refused");
+  auto client = io::UnixSocketClient::connect("/proc/self/fd/" + std::to_string(sock.fd));
   if (!client.ok())
     return std::move(client).error().context("no run listens on '" + socket_path + "'");
   SG_RETURN_IF_ERROR(client->send_line(encode_notice_request(notice)));

@@ -53,7 +53,10 @@ class AgentSocketServer {
 };
 
 // Sends `notice` to the run listening on `socket_path` and waits for its answer: the run's
-// state, or an error naming the socket (kNotFound when no run listens there).
+// state, or an error naming the socket (kNotFound when no run listens there). The run
+// directory (socket_path's directory) is opened without following a link, the socket must
+// be a socket in it, and its listener must run as the directory's owner: a root agent is
+// never led by a user's link to another run.
 Result<std::string> send_notice(const std::string& socket_path, const Notice& notice,
                                 std::chrono::milliseconds timeout = std::chrono::seconds(5));
 

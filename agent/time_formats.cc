@@ -39,12 +39,22 @@ Error bad_time(std::string_view text, std::string_view format) {
   return Error(ErrorCode::kInvalid, "time '" + std::string(text) + "': not " + std::string(format));
 }
 
-// Checks the calendar fields and turns them into a UTC time point.
-bool to_time(int y, int mo, int d, int h, int mi, int s, WallTime& out) {
+// `t` (seconds since the epoch) within the clamp range, offset by `frac` and `offset`: the
+// sum is formed in seconds first, where years 0000-9999 cannot overflow.
+WallTime clamped(sys_seconds t, Duration frac = Duration::zero(), minutes offset = minutes(0)) {
+  t -= offset;
+  const int64_t s = t.time_since_epoch().count();
+  if (s >= kLatestParsedUnixSeconds) return WallTime(seconds(kLatestParsedUnixSeconds));
+  if (s <= kEarliestParsedUnixSeconds) return WallTime(seconds(kEarliestParsedUnixSeconds));
+  return WallTime(t.time_since_epoch()) + frac;
+}
+
+// Checks the calendar fields and turns them into a UTC time in seconds.
+bool to_time(int y, int mo, int d, int h, int mi, int s, sys_seconds& out) {
   const year_month_day ymd{year(y), month(static_cast<unsigned>(mo)),
                            day(static_cast<unsigned>(d))};
   if (!ymd.ok() || h > 23 || mi > 59 || s > 60) return false;  // 60: a leap second
-  out = WallTime(sys_days(ymd)) + hours(h) + minutes(mi) + seconds(s);
+  out = sys_days(ymd) + hours(h) + minutes(mi) + seconds(s);
   return true;
 }
 
@@ -79,9 +89,9 @@ Result<WallTime> parse_rfc3339(std::string_view text) {
     }
     offset = (plus ? 1 : -1) * (hours(oh) + minutes(om));
   }
-  WallTime t;
+  sys_seconds t;
   if (!c.done() || !to_time(y, mo, d, h, mi, s, t)) return bad_time(text, "RFC 3339");
-  return t + frac - offset;
+  return clamped(t, frac, offset);
 }
 
 Result<WallTime> parse_http_date(std::string_view text) {
@@ -111,11 +121,11 @@ Result<WallTime> parse_http_date(std::string_view text) {
     return bad_time(text, "an HTTP date");
   }
   const std::string_view zone = text.substr(c.i);
-  WallTime t;
+  sys_seconds t;
   if ((zone != "GMT" && zone != "UTC") || !to_time(y, mo, d, h, mi, s, t)) {
     return bad_time(text, "an HTTP date");
   }
-  return t;
+  return clamped(t);
 }
 
 std::string format_rfc3339(WallTime t) {

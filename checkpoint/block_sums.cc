@@ -1,9 +1,9 @@
 #include "checkpoint/block_sums.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstring>
+
+#include "checkpoint/block_sums_xxh3.h"
 
 namespace shardguard::checkpoint {
 namespace {

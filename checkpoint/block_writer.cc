@@ -1,7 +1,5 @@
 #include "checkpoint/block_writer.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -11,6 +9,7 @@
 #include <thread>
 
 #include "checkpoint/block_sums.h"
+#include "checkpoint/block_sums_xxh3.h"
 #include "checkpoint/manifest.h"
 
 namespace shardguard::checkpoint {

@@ -20,7 +20,9 @@ Result<std::vector<std::pair<uint64_t, std::string>>> step_dirs(Filesystem& fs,
     // their contents (explicit, not left to the name parser).
     if (e.name == kQuarantineDirName || e.name == kMetaDirName) continue;
     auto step = parse_step_dir_name(e.name);
-    if (e.is_dir && step) out.emplace_back(*step, join_path(dir, e.name));
+    // A link named like a step is listed too, so it shows as corrupt with the reason (a
+    // RootedFilesystem refuses to look through it) instead of silently vanishing.
+    if ((e.is_dir || e.is_symlink) && step) out.emplace_back(*step, join_path(dir, e.name));
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   return out;

@@ -4,6 +4,9 @@
 // has the listed size (and, with Verify::kChecksum, checksum). Nothing else (no "latest"
 // pointer) is trusted; names that do not parse as step directories are not ours and are
 // ignored, and quarantine/ and .shardguard/ are never listed (checkpoint/quarantine.h).
+// A symbolic link named like a step directory is listed; through a RootedFilesystem
+// (core/rooted_fs.h, what the CLI and `shardguard run` pass) it is never looked through and
+// reads as corrupt, naming the link, as does a step whose manifest or files are links.
 // Thread-safety: pure functions over the Filesystem; safe from any thread.
 #pragma once
 

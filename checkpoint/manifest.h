@@ -19,8 +19,16 @@
 // released, a field that older binaries would reject (the parser is strict: unknown fields
 // are errors) needs version 3, which older binaries report as "newer", not corrupt.
 //
-// User-supplied JSON (data loader position, user state, LR schedule) is kept as serialised
-// JSON text so that Boost.JSON stays out of this header. Thread-safety: plain values.
+// Optional fields of version 2 (absent when empty):
+//   ranks[i].tree, global.tree  the structure of a saved state (nested dicts, lists,
+//     tuples, numbers, strings, None) with tensors as references to entries of "tensors"
+//     and how each was written (replicated and split across ranks, or one rank's shard).
+//     Written and read by the clients (hooks/python/shardguard/_tree.py documents the
+//     encoding); shardguard itself only stores it.
+//
+// User-supplied JSON (data loader position, user state, LR schedule, trees) is kept as
+// serialised JSON text so that Boost.JSON stays out of this header. Thread-safety: plain
+// values.
 #pragma once
 
 #include <cstdint>
@@ -88,6 +96,7 @@ struct RankState {
   std::string rng;            // opaque RNG bytes, base64 in JSON
   std::string data_position;  // JSON text (data loader position), "null" if unset
   std::string user;           // JSON text, "null" if unset
+  std::string tree{};         // format 2, optional: JSON text of this rank's state tree, "" if none
 };
 
 // State of the whole job, set by rank 0.
@@ -95,6 +104,7 @@ struct GlobalState {
   uint64_t step = 0;
   std::string lr_schedule = "null";  // JSON text
   std::string user = "null";         // JSON text
+  std::string tree{};                // format 2, optional: JSON text of the state tree, "" if none
 };
 
 // What one rank writes beside its shard: enough for the committer to build the manifest.

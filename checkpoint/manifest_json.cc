@@ -52,6 +52,7 @@ json::object rank_state_to_json(const RankState& s) {
   o["rng"] = base64_encode(s.rng);
   o["data_position"] = embed(s.data_position);
   o["user"] = embed(s.user);
+  if (!s.tree.empty()) o["tree"] = embed(s.tree);
   return o;
 }
 
@@ -60,6 +61,7 @@ json::object global_to_json(const GlobalState& g) {
   o["step"] = g.step;
   o["lr_schedule"] = embed(g.lr_schedule);
   o["user"] = embed(g.user);
+  if (!g.tree.empty()) o["tree"] = embed(g.tree);
   return o;
 }
 
@@ -106,7 +108,18 @@ Result<std::string> embedded_text(JsonFields& f, std::string_view key) {
   return json::serialize(*v);
 }
 
-Result<RankState> rank_state_from_json(JsonFields& f) {
+// Format 2's optional state tree: JSON text, or "" when absent (and always in version 1,
+// where the field is unknown and finish() refuses it).
+Result<std::string> optional_tree(JsonFields& f, int version) {
+  if (version < 2) return std::string();
+  const auto* v = f.optional("tree");
+  if (v == nullptr) return std::string();
+  if (!v->is_object() && !v->is_array() && !v->is_null())
+    return Error(ErrorCode::kCorrupt, f.path("tree") + ": expected an object or an array");
+  return json::serialize(*v);
+}
+
+Result<RankState> rank_state_from_json(JsonFields& f, int version) {
   RankState s;
   SG_ASSIGN_OR_RETURN(auto rng64, f.string("rng"));
   auto rng = base64_decode(rng64);
@@ -114,15 +127,18 @@ Result<RankState> rank_state_from_json(JsonFields& f) {
   s.rng = std::move(*rng);
   SG_ASSIGN_OR_RETURN(s.data_position, embedded_text(f, "data_position"));
   SG_ASSIGN_OR_RETURN(s.user, embedded_text(f, "user"));
+  SG_ASSIGN_OR_RETURN(s.tree, optional_tree(f, version));
   return s;
 }
 
-Result<GlobalState> global_from_json(const json::value& v, const std::string& where) {
+Result<GlobalState> global_from_json(const json::value& v, const std::string& where,
+                                     int version) {
   SG_ASSIGN_OR_RETURN(auto f, JsonFields::of(v, where));
   GlobalState g;
   SG_ASSIGN_OR_RETURN(g.step, f.u64("step"));
   SG_ASSIGN_OR_RETURN(g.lr_schedule, embedded_text(f, "lr_schedule"));
   SG_ASSIGN_OR_RETURN(g.user, embedded_text(f, "user"));
+  SG_ASSIGN_OR_RETURN(g.tree, optional_tree(f, version));
   SG_RETURN_IF_ERROR(f.finish());
   return g;
 }
@@ -242,11 +258,11 @@ Result<Sidecar> parse_sidecar_value(const json::value& root) {
   }
   SG_ASSIGN_OR_RETURN(auto state_v, f.any("state"));
   SG_ASSIGN_OR_RETURN(auto sf, JsonFields::of(*state_v, "state"));
-  SG_ASSIGN_OR_RETURN(s.state, rank_state_from_json(sf));
+  SG_ASSIGN_OR_RETURN(s.state, rank_state_from_json(sf, s.version));
   SG_RETURN_IF_ERROR(sf.finish());
   SG_ASSIGN_OR_RETURN(auto global_v, f.any("global"));
   if (!global_v->is_null()) {
-    SG_ASSIGN_OR_RETURN(auto g, global_from_json(*global_v, "global"));
+    SG_ASSIGN_OR_RETURN(auto g, global_from_json(*global_v, "global", s.version));
     s.global = std::move(g);
   }
   SG_RETURN_IF_ERROR(f.finish());
@@ -303,12 +319,12 @@ Result<Manifest> parse_manifest_value(const json::value& root) {
     if (rank != i)
       return Error(ErrorCode::kCorrupt, rf.path("rank") + ": " + std::to_string(rank) +
                                             " out of order");
-    SG_ASSIGN_OR_RETURN(auto st, rank_state_from_json(rf));
+    SG_ASSIGN_OR_RETURN(auto st, rank_state_from_json(rf, m.version));
     SG_RETURN_IF_ERROR(rf.finish());
     m.ranks.push_back(std::move(st));
   }
   SG_ASSIGN_OR_RETURN(auto global_v, f.any("global"));
-  SG_ASSIGN_OR_RETURN(m.global, global_from_json(*global_v, "global"));
+  SG_ASSIGN_OR_RETURN(m.global, global_from_json(*global_v, "global", m.version));
   SG_RETURN_IF_ERROR(f.finish());
   return m;
 }

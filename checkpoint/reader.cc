@@ -1,10 +1,9 @@
 #include "checkpoint/reader.h"
 
-#include <xxhash.h>
-
 #include <algorithm>
 #include <cstring>
 
+#include "checkpoint/block_sums_xxh3.h"
 #include "checkpoint/hf_index.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/shard_reader.h"

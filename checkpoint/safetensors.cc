@@ -1,37 +1,18 @@
 #include "checkpoint/safetensors.h"
 
 #include <algorithm>
-#include <boost/json/value.hpp>
-#include <optional>
+#include <cstdint>
 #include <utility>
 
+#include "checkpoint/safetensors_json.h"
 #include "checkpoint/strict_json.h"
 
 namespace shardguard::checkpoint {
-namespace json = boost::json;
-
 namespace {
 
-constexpr std::string_view kMetadataKey = "__metadata__";
-
-// A name as it appears in messages: quoted, control bytes escaped, long names cut.
-std::string quoted(std::string_view name) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out = "'";
-  for (char c : name.substr(0, 200)) {
-    auto u = static_cast<uint8_t>(c);
-    if (u < 0x20 || u == 0x7F) {
-      out += "\\x";
-      out += kHex[u >> 4];
-      out += kHex[u & 0xF];
-    } else {
-      out += c;
-    }
-  }
-  if (name.size() > 200) out += "...";
-  out += '\'';
-  return out;
-}
+using detail::corrupt;
+using detail::corrupt_tensor;
+using detail::quoted;
 
 std::string dims(std::span<const uint64_t> shape) {
   std::string out = "[";
@@ -51,85 +32,37 @@ std::string describe(const TensorEntry& t) {
   return std::string(dtype_name(t.dtype)) + " " + dims(t.shape);
 }
 
-Error corrupt(std::string_view file, std::string_view what) {
-  std::string message(file);
-  message += ": ";
-  message += what;
-  return Error(ErrorCode::kCorrupt, std::move(message));
-}
-
-Error corrupt_tensor(std::string_view file, std::string_view name, std::string_view what) {
-  return corrupt(file, "tensor " + quoted(name) + ": " + std::string(what));
-}
-
-std::optional<uint64_t> as_u64(const json::value& v) {
-  if (v.is_uint64()) return v.get_uint64();
-  if (v.is_int64() && v.get_int64() >= 0) return static_cast<uint64_t>(v.get_int64());
-  return std::nullopt;
-}
-
-// `null` is accepted as "no metadata", as the reference's Option<HashMap> does.
-Result<std::map<std::string, std::string>> parse_metadata(const json::value& v,
-                                                          std::string_view file) {
-  std::map<std::string, std::string> metadata;
-  if (v.is_null()) return metadata;
-  if (!v.is_object()) return corrupt(file, "__metadata__ is not a JSON object");
-  for (const auto& [key, value] : v.get_object()) {
-    if (!value.is_string()) {
-      return corrupt(file, "__metadata__ value of " + quoted(key) + " is not a string");
+// Sorts `tensors` by (begin, end), ties in header order, through an index array: sorting
+// the entries themselves would take a temporary copy of half of them (100 MB headers).
+void sort_by_offsets(std::vector<TensorEntry>& tensors) {
+  const auto by_offsets = [&](uint32_t a, uint32_t b) {
+    return std::pair(tensors[a].begin, tensors[a].end) <
+           std::pair(tensors[b].begin, tensors[b].end);
+  };
+  std::vector<uint32_t> order(tensors.size());
+  for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+  if (std::is_sorted(order.begin(), order.end(), by_offsets)) return;  // as our writer lays out
+  std::stable_sort(order.begin(), order.end(), by_offsets);
+  // Apply the permutation in place, cycle by cycle: slot i takes entry order[i].
+  for (uint32_t i = 0; i < order.size(); ++i) {
+    if (order[i] == i) continue;
+    TensorEntry held = std::move(tensors[i]);
+    uint32_t at = i;
+    while (order[at] != i) {
+      const uint32_t from = order[at];
+      tensors[at] = std::move(tensors[from]);
+      order[at] = at;
+      at = from;
     }
-    metadata.emplace(std::string(key), std::string(value.get_string()));
+    tensors[at] = std::move(held);
+    order[at] = at;
   }
-  return metadata;
-}
-
-// Field types only; offsets and sizes are checked later, in offset order (rules 6-9).
-Result<TensorEntry> parse_tensor_info(std::string_view name, const json::value& v,
-                                      std::string_view file) {
-  TensorEntry entry;
-  entry.name = std::string(name);
-  const json::object* fields = v.if_object();
-  if (fields == nullptr) return corrupt_tensor(file, name, "entry is not a JSON object");
-
-  const json::value* dtype = fields->if_contains("dtype");
-  if (dtype == nullptr || !dtype->is_string()) {
-    return corrupt_tensor(file, name, "\"dtype\" is missing or not a string");
-  }
-  auto parsed = parse_dtype(std::string_view(dtype->get_string()));
-  if (!parsed.ok()) return corrupt_tensor(file, name, parsed.error().message());
-  entry.dtype = *parsed;
-
-  const json::value* shape = fields->if_contains("shape");
-  if (shape == nullptr || !shape->is_array()) {
-    return corrupt_tensor(file, name, "\"shape\" is missing or not an array");
-  }
-  for (const json::value& dim : shape->get_array()) {
-    auto d = as_u64(dim);
-    if (!d) return corrupt_tensor(file, name, "\"shape\" holds a non-integer or negative dim");
-    entry.shape.push_back(*d);
-  }
-
-  const json::value* range = fields->if_contains("data_offsets");
-  const json::array* pair = range == nullptr ? nullptr : range->if_array();
-  std::optional<uint64_t> begin, end;
-  if (pair != nullptr && pair->size() == 2) {
-    begin = as_u64((*pair)[0]);
-    end = as_u64((*pair)[1]);
-  }
-  if (!begin || !end) {
-    return corrupt_tensor(file, name, "\"data_offsets\" is not two non-negative integers");
-  }
-  entry.begin = *begin;
-  entry.end = *end;
-  return entry;
 }
 
 // Rules 5-10: in offset order, each tensor starts where the previous ended (the first at
 // 0), covers exactly its bytes, and the last one ends at the end of the file.
 Status check_layout(std::vector<TensorEntry>& tensors, uint64_t data_size, std::string_view file) {
-  std::stable_sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) {
-    return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
-  });
+  sort_by_offsets(tensors);
   uint64_t start = 0;
   const TensorEntry* previous = nullptr;
   for (const TensorEntry& t : tensors) {
@@ -220,19 +153,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const std::byte> he
   }
   std::string_view text(reinterpret_cast<const char*>(head.data()) + kSafetensorsLengthPrefix, n);
   if (!is_valid_utf8(text)) return corrupt(file_name, "header is not valid UTF-8");
-  auto parsed = parse_json_strict(text);
-  if (!parsed.ok()) return corrupt(file_name, "header " + parsed.error().message());
-  const json::object* root = parsed->if_object();
-  if (root == nullptr) return corrupt(file_name, "header is not a JSON object");
-
-  for (const auto& [key, value] : *root) {
-    if (key == kMetadataKey) {
-      SG_ASSIGN_OR_RETURN(header.metadata, parse_metadata(value, file_name));
-      continue;
-    }
-    SG_ASSIGN_OR_RETURN(TensorEntry entry, parse_tensor_info(key, value, file_name));
-    header.tensors.push_back(std::move(entry));
-  }
+  SG_RETURN_IF_ERROR(detail::parse_header_json(text, file_name, header));
   SG_RETURN_IF_ERROR(check_layout(header.tensors, file_size - header.data_start, file_name));
   return header;
 }

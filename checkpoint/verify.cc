@@ -5,14 +5,17 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <system_error>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "checkpoint/paths.h"
+#include "checkpoint/safetensors.h"
 
 namespace shardguard::checkpoint {
 namespace {
@@ -184,6 +187,44 @@ Status compare_sums(const std::string& name, const FileRecord& want, const FileR
   return {};
 }
 
+// A manifest chunk stored in one file.
+struct ChunkRef {
+  const std::string* tensor_name;
+  const TensorRecord* tensor;
+  const ChunkRecord* chunk;
+};
+
+// Full verification reads every byte; the header among them must also parse as safetensors
+// and hold every chunk the manifest places in the file, with its dtype and shape. Checksums
+// alone pass a header no reader can use (the manifest's sums may have been computed over it).
+Status check_shard_header(Filesystem& fs, const std::string& path, const std::string& name,
+                          const std::vector<ChunkRef>& chunks) {
+  SG_ASSIGN_OR_RETURN(auto file, fs.open_for_read(path, {}));
+  std::vector<std::byte> head(std::min<uint64_t>(file->size(), kSafetensorsLengthPrefix));
+  SG_RETURN_IF_ERROR(file->read_exact(0, head));
+  SG_ASSIGN_OR_RETURN(uint64_t n, read_safetensors_header_size(head, file->size(), name));
+  head.resize(kSafetensorsLengthPrefix + n);
+  SG_RETURN_IF_ERROR(file->read_exact(0, head));
+  SG_ASSIGN_OR_RETURN(SafetensorsHeader header, parse_safetensors_header(head, file->size(), name));
+  std::unordered_map<std::string_view, const TensorEntry*> wanted;
+  for (const ChunkRef& c : chunks) wanted.emplace(c.chunk->key, nullptr);
+  for (const TensorEntry& e : header.tensors)
+    if (auto it = wanted.find(e.name); it != wanted.end()) it->second = &e;
+  for (const ChunkRef& c : chunks) {
+    const TensorEntry* e = wanted.at(c.chunk->key);
+    const std::string what = "tensor '" + *c.tensor_name + "': key '" + c.chunk->key + "'";
+    if (e == nullptr) return corrupt(name, what + " is not in the file's header");
+    if (e->dtype != c.tensor->dtype)
+      return corrupt(name, what + " is " + std::string(dtype_name(e->dtype)) +
+                               " in the file, the manifest says " +
+                               std::string(dtype_name(c.tensor->dtype)));
+    if (e->shape != c.chunk->box.sizes)
+      return corrupt(name, what + " has another shape in the file than the manifest's chunk " +
+                               c.chunk->box.to_string());
+  }
+  return {};
+}
+
 }  // namespace
 
 Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Manifest& manifest,
@@ -195,6 +236,11 @@ Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Mani
                        std::to_string(*step));
   const uint64_t total = manifest.total_bytes();
   uint64_t done = 0;
+  std::map<std::string_view, std::vector<ChunkRef>> chunks_by_file;
+  if (verify == Verify::kChecksum)
+    for (const auto& [tensor_name, t] : manifest.tensors)
+      for (const ChunkRecord& c : t.chunks)
+        chunks_by_file[c.file].push_back({&tensor_name, &t, &c});
   for (const FileRecord& f : manifest.files) {
     const std::string name = label + "/" + f.path;
     const std::string path = join_path(step_dir, f.path);
@@ -220,6 +266,9 @@ Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Mani
     } else {
       done += f.size;
       if (progress) progress(done, total);
+    }
+    if (auto it = chunks_by_file.find(f.path); it != chunks_by_file.end()) {
+      SG_RETURN_IF_ERROR(check_shard_header(fs, path, name, it->second));
     }
   }
   return {};

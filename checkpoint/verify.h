@@ -41,8 +41,10 @@ Result<FileRecord> file_checksums(Filesystem& fs, const std::string& path, uint6
 // Checks `manifest` against the files in `step_dir`: the manifest's step must match the
 // directory's name (when it parses as a step directory); each listed file must exist with
 // its size and, with kChecksum, its checksums (files listed without any are size-checked
-// only). kCorrupt naming the file (and the first bad block) on the first mismatch; other I/O
-// errors as they come. On a checksum mismatch, `*failure` (when given) says where.
+// only) and, for every file holding chunks, a safetensors header that parses and holds each
+// of those chunks with the manifest's dtype and shape. kCorrupt naming the file (and the first bad
+// block) on the first mismatch; other I/O errors as they come. On a checksum mismatch, `*failure`
+// (when given) says where.
 Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Manifest& manifest,
                          Verify verify, VerifyProgress progress = {},
                          ChecksumFailure* failure = nullptr);

@@ -1,12 +1,12 @@
 #include "checkpoint/writer.h"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
 
 #include <boost/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -29,6 +29,7 @@ struct PendingTensor {
   std::vector<uint64_t> global_shape;
   Box box;
   std::span<const std::byte> data;
+  bool placeholder = false;  // bytes copied into staging by the caller after place()
 };
 
 std::string chunk_key(const std::string& name, const Box& box,
@@ -58,29 +59,6 @@ std::string u64_list_json(const std::vector<uint64_t>& v) {
 
 }  // namespace
 
-StagingBuffer::~StagingBuffer() {
-  if (data_ != nullptr) ::munmap(data_, capacity_);
-}
-
-Result<std::byte*> StagingBuffer::reserve(size_t size) {
-  if (size <= capacity_ && data_ != nullptr) return data_;
-  if (data_ != nullptr) ::munmap(data_, capacity_);
-  data_ = nullptr;
-  capacity_ = 0;
-  const size_t rounded =
-      std::max<size_t>((size + kDirectIoAlignment - 1) / kDirectIoAlignment * kDirectIoAlignment,
-                       kDirectIoAlignment);
-  // Populated up front (one kernel call instead of a fault per page), so snapshots copy at
-  // memory speed; page-aligned, as O_DIRECT writes straight from it.
-  void* p = ::mmap(nullptr, rounded, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-  if (p == MAP_FAILED)
-    return Error::from_errno("staging buffer of " + std::to_string(size) + " bytes", errno);
-  data_ = static_cast<std::byte*>(p);
-  capacity_ = rounded;
-  return data_;
-}
-
 struct ShardWriter::Impl {
   Filesystem* fs;
   WriterOptions opt;
@@ -88,7 +66,8 @@ struct ShardWriter::Impl {
   RankState rank_state{"", "null", "null"};
   std::optional<GlobalState> global;
   std::optional<SafetensorsLayout> layout;
-  const std::byte* staged = nullptr;  // the whole file image, after snapshot()
+  const std::byte* staged = nullptr;  // the whole file image, after snapshot() or place()
+  const StagingBuffer* staged_in = nullptr;
 
   std::string step_dir() const { return join_path(opt.checkpoint_dir, step_dir_name(opt.step)); }
   std::string shard_name() const { return shard_file_name(opt.rank, opt.world_size); }
@@ -99,7 +78,7 @@ struct ShardWriter::Impl {
     if (auto st = check_box_in_shape(t.box, t.global_shape); !st.ok())
       return std::move(st).error().context("tensor '" + t.name + "'");
     SG_ASSIGN_OR_RETURN(uint64_t bytes, checked_byte_size(t.box.sizes, t.dtype));
-    if (bytes != t.data.size())
+    if (!t.placeholder && bytes != t.data.size())
       return Error(ErrorCode::kInvalid, "tensor '" + t.name + "' box " + t.box.to_string() +
                                             " of " + std::string(dtype_name(t.dtype)) +
                                             " needs " + std::to_string(bytes) + " bytes, got " +
@@ -157,7 +136,13 @@ struct ShardWriter::Impl {
     return {};
   }
 
-  // The file image as segments in offset order: header, then each tensor's bytes.
+  bool has_placeholders() const {
+    return std::any_of(tensors.begin(), tensors.end(),
+                       [](const PendingTensor& t) { return t.placeholder; });
+  }
+
+  // The file image as segments in offset order: header, then each tensor's bytes (those of
+  // placeholders left out).
   std::vector<Segment> segments() const {
     if (staged != nullptr) return {Segment{0, std::span(staged, layout->file_size)}};
     std::map<std::string_view, const PendingTensor*> by_key;
@@ -165,10 +150,22 @@ struct ShardWriter::Impl {
     std::vector<Segment> out;
     out.push_back({0, std::span<const std::byte>(layout->header_bytes)});
     for (const auto& e : layout->header.tensors) {
-      if (e.byte_size() == 0) continue;
-      out.push_back({layout->header.file_offset(e), by_key.at(e.name)->data});
+      const PendingTensor& t = *by_key.at(e.name);
+      if (e.byte_size() == 0 || t.placeholder) continue;
+      out.push_back({layout->header.file_offset(e), t.data});
     }
     return out;
+  }
+
+  // Copies what the caller gave (header, tensors with data) into `staging`.
+  Result<std::byte*> stage(StagingBuffer& staging) {
+    SG_RETURN_IF_ERROR(plan());
+    SG_ASSIGN_OR_RETURN(std::byte * dst, staging.reserve(layout->file_size));
+    auto segs = segments();
+    copy_image(segs, dst, opt.io_threads);
+    staged = dst;
+    staged_in = &staging;
+    return dst;
   }
 
   Status check_fencing() {
@@ -242,6 +239,12 @@ Status ShardWriter::add_chunk(std::string name, DType dtype, std::vector<uint64_
       {std::move(name), "", dtype, std::move(global_shape), std::move(box), data});
 }
 
+Status ShardWriter::add_placeholder(std::string name, DType dtype,
+                                    std::vector<uint64_t> global_shape, Box box) {
+  return impl_->add(
+      {std::move(name), "", dtype, std::move(global_shape), std::move(box), {}, true});
+}
+
 void ShardWriter::set_rank_state(RankState state) { impl_->rank_state = std::move(state); }
 void ShardWriter::set_global_state(GlobalState state) { impl_->global = std::move(state); }
 
@@ -251,13 +254,28 @@ Result<uint64_t> ShardWriter::planned_file_size() {
 }
 
 Result<uint64_t> ShardWriter::snapshot(StagingBuffer& staging) {
-  SG_RETURN_IF_ERROR(impl_->plan());
-  const uint64_t size = impl_->layout->file_size;
-  SG_ASSIGN_OR_RETURN(std::byte * dst, staging.reserve(size));
-  auto segs = impl_->segments();
-  copy_image(segs, dst, impl_->opt.io_threads);
-  impl_->staged = dst;
-  return size;
+  Impl& m = *impl_;
+  if (m.staged != nullptr && m.staged_in == &staging && m.staged == staging.data()) return 0;
+  if (m.has_placeholders())
+    return Error(ErrorCode::kInvalid,
+                 "snapshot of step " + std::to_string(m.opt.step) +
+                     ": placeholder tensors must be placed (place()) and filled first");
+  SG_RETURN_IF_ERROR(m.stage(staging));
+  return m.layout->file_size;
+}
+
+Result<std::vector<std::span<std::byte>>> ShardWriter::place(StagingBuffer& staging) {
+  Impl& m = *impl_;
+  SG_ASSIGN_OR_RETURN(std::byte * dst, m.stage(staging));
+  std::map<std::string_view, const TensorEntry*> by_key;
+  for (const auto& e : m.layout->header.tensors) by_key[e.name] = &e;
+  std::vector<std::span<std::byte>> slots;
+  for (const auto& t : m.tensors) {
+    if (!t.placeholder) continue;
+    const TensorEntry& e = *by_key.at(t.key);
+    slots.emplace_back(dst + m.layout->header.file_offset(e), e.byte_size());
+  }
+  return slots;
 }
 
 Result<Sidecar> ShardWriter::finish() {
@@ -282,6 +300,9 @@ Result<Sidecar> ShardWriter::finish() {
     SG_RETURN_IF_ERROR(check_json_text(m.global->user, "global user state"));
   }
   SG_RETURN_IF_ERROR(m.plan());
+  if (m.staged == nullptr && m.has_placeholders())
+    return Error(ErrorCode::kInvalid, "step " + std::to_string(opt.step) +
+                                          ": placeholder tensors were never placed in staging");
 
   const std::string dir = m.step_dir();
   SG_RETURN_IF_ERROR(m.fs->create_dirs(dir));

@@ -7,8 +7,11 @@
 // same way. The checkpoint is not complete until a committer writes the manifest
 // (checkpoint/commit.h).
 //
-// snapshot() copies every added tensor into a reusable staging buffer, after which the
-// caller may change its tensors while finish() runs on another thread (AsyncShardWriter).
+// snapshot() copies every added tensor into a reusable staging buffer (checkpoint/staging.h),
+// after which the caller may change its tensors while finish() runs on another thread
+// (AsyncShardWriter). Tensors whose bytes are not in host memory (GPU memory) are added as
+// placeholders: place() lays the file image out in staging and says where each goes, the
+// caller copies them there (e.g. cudaMemcpyAsync), and finish() writes the image.
 // Thread-safety: one ShardWriter is used by one thread at a time.
 #pragma once
 
@@ -22,6 +25,7 @@
 #include "checkpoint/box.h"
 #include "checkpoint/dtype.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/staging.h"
 #include "core/filesystem.h"
 #include "core/result.h"
 
@@ -43,24 +47,6 @@ struct WriterOptions {
   uint64_t checksum_block_bytes = kDefaultChecksumBlockBytes;
 };
 
-// Page-aligned memory that is kept and re-used across saves, touched once when it grows so
-// that later snapshots copy at memcpy speed instead of faulting pages in.
-class StagingBuffer {
- public:
-  StagingBuffer() = default;
-  ~StagingBuffer();
-  StagingBuffer(const StagingBuffer&) = delete;
-  StagingBuffer& operator=(const StagingBuffer&) = delete;
-
-  // Returns at least `size` bytes, reusing the current allocation when large enough.
-  Result<std::byte*> reserve(size_t size);
-  size_t capacity() const { return capacity_; }
-
- private:
-  std::byte* data_ = nullptr;
-  size_t capacity_ = 0;
-};
-
 class ShardWriter {
  public:
   ShardWriter(Filesystem& fs, WriterOptions options);
@@ -76,6 +62,9 @@ class ShardWriter {
   // the box, packed row-major. Sub-byte dtypes (F4, F6_*) can only be stored whole.
   Status add_chunk(std::string name, DType dtype, std::vector<uint64_t> global_shape, Box box,
                    std::span<const std::byte> data);
+  // A tensor or chunk whose bytes the caller copies into staging itself, after place().
+  Status add_placeholder(std::string name, DType dtype, std::vector<uint64_t> global_shape,
+                         Box box);
   // RNG bytes, data loader position and user JSON of this rank. JSON text is checked in
   // finish().
   void set_rank_state(RankState state);
@@ -83,8 +72,13 @@ class ShardWriter {
   void set_global_state(GlobalState state);
 
   // Copies every added tensor into `staging`; afterwards the caller's buffers are no longer
-  // read. Returns the bytes copied.
+  // read. Returns the bytes copied: 0 when the writer was already placed in `staging`.
+  // kInvalid when placeholders were added but the writer was not placed.
   Result<uint64_t> snapshot(StagingBuffer& staging);
+  // Lays the file image out in `staging`: the header and every tensor added with data are
+  // copied there; returns where each placeholder's bytes go, in the order they were added.
+  // The caller fills those before finish().
+  Result<std::vector<std::span<std::byte>>> place(StagingBuffer& staging);
 
   // Writes shard and sidecar durably and returns the sidecar. Fails with kFenced when the
   // step is already committed or a newer attempt owns this rank's files; on any failure

@@ -11,14 +11,16 @@
 #include <optional>
 
 #include "checkpoint/catalog.h"
-#include "checkpoint/hf_export.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/quarantine.h"
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
+#include "cli/ckpt_export_command.h"
 #include "cli/ckpt_quarantine_command.h"
-#include "core/exit_codes.h"
 #include "core/clock.h"
+#include "core/exit_codes.h"
+#include "core/rooted_fs.h"
+#include "core/terminal_text.h"
 #include "core/units.h"
 
 namespace shardguard::cli {
@@ -27,9 +29,22 @@ namespace {
 using namespace shardguard::checkpoint;
 namespace json = boost::json;
 
+// Messages quote names read from the checkpoint (tensors, files, reasons): shown escaped,
+// like everything else printed here that came from a file.
 int fail(const Error& e, int code = kExitFailure) {
-  std::fprintf(stderr, "shardguard: %s\n", e.message().c_str());
+  std::fprintf(stderr, "shardguard: %s\n", escape_for_terminal(e.message()).c_str());
   return code;
+}
+
+// Text from a manifest, sidecar or reason file, for the terminal.
+std::string shown(std::string_view text) { return escape_for_terminal(text); }
+
+// Every ckpt command works below its checkpoint directory only, never following a link there
+// (the directory itself may be one): core/rooted_fs.h.
+std::unique_ptr<RootedFilesystem> rooted(const std::string& dir) {
+  RootOptions root;
+  root.path = dir;
+  return RootedFilesystem::single(std::move(root));
 }
 
 std::string age_of(const CatalogEntry& e) {
@@ -76,12 +91,13 @@ void print_quarantined(const std::vector<QuarantineEntry>& quarantined) {
     std::string reason = q.problem.empty() ? q.reason : "(" + q.problem + ")";
     if (!q.who.empty()) reason += "  [by " + q.who + "]";
     std::printf("%-12llu %10s %12s %s\n", static_cast<unsigned long long>(q.step),
-                quarantine_age(q).c_str(), format_size(q.bytes).c_str(), reason.c_str());
+                quarantine_age(q).c_str(), format_size(q.bytes).c_str(), shown(reason).c_str());
   }
 }
 
 int run_ls(const std::string& dir, bool as_json, bool full) {
-  auto& fs = PosixFilesystem::instance();
+  auto rooted_fs = rooted(dir);
+  Filesystem& fs = *rooted_fs;
   auto entries = list_checkpoints(fs, dir, full ? Verify::kChecksum : Verify::kSize);
   if (!entries.ok()) return fail(entries.error());
   auto quarantined = list_quarantined(fs, dir);
@@ -120,10 +136,9 @@ int run_ls(const std::string& dir, bool as_json, bool full) {
     std::string world = e.manifest ? std::to_string(e.manifest->world_size) : "-";
     std::string bytes = e.manifest ? format_size(e.manifest->total_bytes()) : "-";
     std::string reason = e.manifest ? std::string(save_reason_name(e.manifest->reason)) : "-";
-    std::printf("%-12llu %-10s %5s %12s %10s %-9s %s\n",
-                static_cast<unsigned long long>(e.step),
-                std::string(checkpoint_state_name(e.state)).c_str(), world.c_str(),
-                bytes.c_str(), age_of(e).c_str(), reason.c_str(), e.reason.c_str());
+    std::printf("%-12llu %-10s %5s %12s %10s %-9s %s\n", static_cast<unsigned long long>(e.step),
+                std::string(checkpoint_state_name(e.state)).c_str(), world.c_str(), bytes.c_str(),
+                age_of(e).c_str(), reason.c_str(), shown(e.reason).c_str());
   }
   print_quarantined(*quarantined);
   return kExitOk;
@@ -144,14 +159,15 @@ VerifyProgress progress_bar() {
 }
 
 int run_verify(const std::string& dir, std::optional<uint64_t> step, bool full) {
-  auto& fs = PosixFilesystem::instance();
+  auto rooted_fs = rooted(dir);
+  Filesystem& fs = *rooted_fs;
   // Pick by manifest alone, then verify with progress.
   auto entry = pick_step(fs, dir, step, Verify::kSize);
   if (!entry.ok()) return fail(entry.error(), kExitCheckpointBad);
   if (entry->state != CheckpointState::kComplete) {
-    std::fprintf(stderr, "shardguard: step %llu is %s: %s\n",
-                 static_cast<unsigned long long>(entry->step),
-                 std::string(checkpoint_state_name(entry->state)).c_str(), entry->reason.c_str());
+    std::fprintf(
+        stderr, "shardguard: step %llu is %s: %s\n", static_cast<unsigned long long>(entry->step),
+        std::string(checkpoint_state_name(entry->state)).c_str(), shown(entry->reason).c_str());
     return kExitCheckpointBad;
   }
   if (full) {
@@ -159,7 +175,8 @@ int run_verify(const std::string& dir, std::optional<uint64_t> step, bool full) 
                                 progress_bar());
     if (!st.ok()) {
       std::fprintf(stderr, "shardguard: step %llu is corrupt: %s\n",
-                   static_cast<unsigned long long>(entry->step), st.error().message().c_str());
+                   static_cast<unsigned long long>(entry->step),
+                   shown(st.error().message()).c_str());
       return kExitCheckpointBad;
     }
   }
@@ -177,7 +194,8 @@ int run_verify(const std::string& dir, std::optional<uint64_t> step, bool full) 
 
 int run_inspect(const std::string& dir, std::optional<uint64_t> step, bool hash,
                 bool as_json) {
-  auto& fs = PosixFilesystem::instance();
+  auto rooted_fs = rooted(dir);
+  Filesystem& fs = *rooted_fs;
   auto reader = open_complete(fs, dir, step);
   if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
   const Manifest& m = reader->manifest();
@@ -185,7 +203,7 @@ int run_inspect(const std::string& dir, std::optional<uint64_t> step, bool hash,
     for (const auto& name : reader->tensor_names()) {
       auto h = reader->tensor_xxh3_64(name);
       if (!h.ok()) return fail(h.error(), kExitCheckpointBad);
-      std::printf("%s %016llx\n", name.c_str(), static_cast<unsigned long long>(*h));
+      std::printf("%s %016llx\n", shown(name).c_str(), static_cast<unsigned long long>(*h));
     }
     return kExitOk;
   }
@@ -195,34 +213,35 @@ int run_inspect(const std::string& dir, std::optional<uint64_t> step, bool hash,
     return kExitOk;
   }
   std::printf("step %llu  job %s  attempt %llu  reason %s  world size %u  %s\n",
-              static_cast<unsigned long long>(m.step), m.job_id.c_str(),
+              static_cast<unsigned long long>(m.step), shown(m.job_id).c_str(),
               static_cast<unsigned long long>(m.attempt),
               std::string(save_reason_name(m.reason)).c_str(), m.world_size,
               format_size(m.total_bytes()).c_str());
   std::printf("global: step %llu  lr_schedule %s  user %s\n",
-              static_cast<unsigned long long>(m.global.step), m.global.lr_schedule.c_str(),
-              m.global.user.c_str());
+              static_cast<unsigned long long>(m.global.step), shown(m.global.lr_schedule).c_str(),
+              shown(m.global.user).c_str());
   std::printf("\nTENSORS\n");
   for (const auto& [name, t] : m.tensors) {
     std::string shape = "[";
     for (size_t i = 0; i < t.shape.size(); ++i) shape += (i ? "," : "") + std::to_string(t.shape[i]);
     shape += "]";
-    std::printf("  %-40s %-8s %-20s %zu chunk(s)\n", name.c_str(),
+    std::printf("  %-40s %-8s %-20s %zu chunk(s)\n", shown(name).c_str(),
                 std::string(dtype_name(t.dtype)).c_str(), shape.c_str(), t.chunks.size());
     for (const auto& c : t.chunks)
-      std::printf("      %s  %s  key %s\n", c.box.to_string().c_str(), c.file.c_str(),
-                  c.key.c_str());
+      std::printf("      %s  %s  key %s\n", c.box.to_string().c_str(), shown(c.file).c_str(),
+                  shown(c.key).c_str());
   }
   std::printf("\nRANKS\n");
   for (size_t r = 0; r < m.ranks.size(); ++r)
     std::printf("  %zu: rng %zu bytes  data_position %s  user %s\n", r, m.ranks[r].rng.size(),
-                m.ranks[r].data_position.c_str(), m.ranks[r].user.c_str());
+                shown(m.ranks[r].data_position).c_str(), shown(m.ranks[r].user).c_str());
   return kExitOk;
 }
 
 int run_gc(const std::string& dir, uint32_t keep_last, uint64_t keep_every, bool dry_run,
            const std::vector<uint64_t>& protect, const std::string& quarantine_keep_text) {
-  auto& fs = PosixFilesystem::instance();
+  auto rooted_fs = rooted(dir);
+  Filesystem& fs = *rooted_fs;
   auto quarantine_keep = parse_duration(quarantine_keep_text);
   if (!quarantine_keep.ok())
     return fail(quarantine_keep.error().context("--quarantine-keep"), kExitUsage);
@@ -234,7 +253,8 @@ int run_gc(const std::string& dir, uint32_t keep_last, uint64_t keep_every, bool
   auto plan = plan_retention(*entries, policy);
   if (auto st = keep_symlinked_steps(fs, plan); !st.ok()) return fail(st.error());
   for (const auto& d : plan)
-    std::printf("%-12llu %s\n", static_cast<unsigned long long>(d.entry.step), d.why.c_str());
+    std::printf("%-12llu %s\n", static_cast<unsigned long long>(d.entry.step),
+                shown(d.why).c_str());
   const auto expired =
       plan_quarantine_gc(*quarantined, RealClock::instance().wall_now(), *quarantine_keep);
   for (const auto& q : *quarantined) {
@@ -258,19 +278,6 @@ int run_gc(const std::string& dir, uint32_t keep_last, uint64_t keep_every, bool
   return kExitOk;
 }
 
-int run_export(const std::string& dir, std::optional<uint64_t> step, const std::string& out,
-               const std::string& prefix, const std::string& max_size) {
-  auto& fs = PosixFilesystem::instance();
-  auto limit = parse_size(max_size);
-  if (!limit.ok()) return fail(limit.error().context("--max-shard-size"), kExitUsage);
-  auto reader = open_complete(fs, dir, step);
-  if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
-  auto written = export_hf(fs, *reader, {out, prefix, *limit});
-  if (!written.ok()) return fail(written.error());
-  for (const auto& p : *written) std::printf("%s\n", p.c_str());
-  return kExitOk;
-}
-
 }  // namespace
 
 void add_ckpt_commands(CLI::App& app, int* exit_code) {
@@ -285,7 +292,6 @@ void add_ckpt_commands(CLI::App& app, int* exit_code) {
     uint64_t keep_every = 0;
     std::vector<uint64_t> protect;
     std::string quarantine_keep = "7d";
-    std::string out, prefix = "model", max_size = "5GB";
   };
   auto args = std::make_shared<Args>();
 
@@ -328,16 +334,7 @@ void add_ckpt_commands(CLI::App& app, int* exit_code) {
 
   add_ckpt_quarantine_commands(*ckpt, exit_code);
 
-  auto* exp = ckpt->add_subcommand("export", "Write a consolidated Hugging Face safetensors layout");
-  exp->add_option("DIR", args->dir, "checkpoint directory")->required();
-  exp->add_option("--step", args->step, "step (default: newest complete)");
-  exp->add_option("--out", args->out, "output directory")->required();
-  exp->add_option("--prefix", args->prefix, "file name prefix")->capture_default_str();
-  exp->add_option("--max-shard-size", args->max_size, "largest file, e.g. 5GB, 2GiB")
-      ->capture_default_str();
-  exp->callback([=] {
-    *exit_code = run_export(args->dir, args->step, args->out, args->prefix, args->max_size);
-  });
+  add_ckpt_export_command(*ckpt, exit_code);
 }
 
 }  // namespace shardguard::cli

@@ -12,6 +12,7 @@
 #include "checkpoint/quarantine.h"
 #include "core/clock.h"
 #include "core/exit_codes.h"
+#include "core/rooted_fs.h"
 
 namespace shardguard::cli {
 namespace {
@@ -41,8 +42,16 @@ std::string who() {
          (host[0] ? host : "unknown") + ", pid " + std::to_string(::getpid()) + ")";
 }
 
+// Below the checkpoint directory only, never following a link there (core/rooted_fs.h).
+std::unique_ptr<RootedFilesystem> rooted(const std::string& dir) {
+  RootOptions root;
+  root.path = dir;
+  return RootedFilesystem::single(std::move(root));
+}
+
 int run_quarantine(const std::string& dir, uint64_t step, const std::string& reason) {
-  auto& fs = PosixFilesystem::instance();
+  auto rooted_fs = rooted(dir);
+  Filesystem& fs = *rooted_fs;
   warn_if_leased(fs, dir);
   auto entry = quarantine_step(fs, dir, step, reason, RealClock::instance().wall_now(), who());
   if (!entry.ok()) return fail(entry.error());
@@ -52,7 +61,8 @@ int run_quarantine(const std::string& dir, uint64_t step, const std::string& rea
 }
 
 int run_unquarantine(const std::string& dir, uint64_t step) {
-  auto& fs = PosixFilesystem::instance();
+  auto rooted_fs = rooted(dir);
+  Filesystem& fs = *rooted_fs;
   warn_if_leased(fs, dir);
   auto entry = unquarantine_step(fs, dir, step);
   if (!entry.ok()) return fail(entry.error());

@@ -64,7 +64,8 @@ int run_coordinator(const CoordinatorArgs& a) {
     join_window = *w;
   }
 
-  ProductionDeps production;
+  auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
+  ProductionDeps production(*job_fs);
   const io::Deps& deps = production.deps();
   supervisor::SupervisorOptions so;
   so.local_node = false;

@@ -19,7 +19,8 @@ JobServices::~JobServices() { stop(); }
 
 Result<std::unique_ptr<JobServices>> JobServices::start(const io::Deps& deps,
                                                         const supervisor::JobConfig& cfg,
-                                                        supervisor::Supervisor& sup) {
+                                                        supervisor::Supervisor& sup,
+                                                        Observer observer) {
   auto impl = std::make_unique<Impl>();
   // The job's [[hooks]], never blocking the loop.
   auto hooks = hooks::LifecycleHooks::create(deps.loop, deps.launcher, deps.http, deps.timers,
@@ -27,7 +28,9 @@ Result<std::unique_ptr<JobServices>> JobServices::start(const io::Deps& deps,
   if (!hooks.ok()) return std::move(hooks).error().context("hooks");
   impl->hooks = std::move(*hooks);
   hooks::LifecycleHooks* h = impl->hooks.get();
-  sup.set_on_lifecycle([h](std::string_view event, std::map<std::string, std::string> fields) {
+  sup.set_on_lifecycle([h, observer = std::move(observer)](
+                           std::string_view event, std::map<std::string, std::string> fields) {
+    if (observer) observer(event, fields);
     h->fire(event, std::move(fields));
   });
   // Prometheus metrics, on loopback unless [metrics] address (or SHARDGUARD_METRICS_ADDRESS)

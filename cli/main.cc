@@ -13,6 +13,7 @@
 #include "cli/secret_command.h"
 #include "cli/simulate_command.h"
 #include "core/logging.h"
+#include "supervisor/job_config_toml.h"
 
 int main(int argc, char** argv) {
   using namespace shardguard;
@@ -38,8 +39,19 @@ int main(int argc, char** argv) {
   cli::add_secret_command(app, &exit_code);
   cli::add_simulate_command(app, &exit_code);
 
-  // Logging is set up before any subcommand callback runs.
+  // Logging is set up before any subcommand callback runs: from the flags, else from [log]
+  // of the config `run` or `agent` was given (a key that parses must also act); the
+  // environment overrides both (setup_logging). A config that does not load is reported
+  // by the subcommand itself.
   app.parse_complete_callback([&] {
+    for (const char* name : {"run", "agent"}) {
+      const CLI::App* sub = app.get_subcommand(name);
+      if (!sub->parsed() || sub->count("--config") == 0) continue;
+      auto cfg = supervisor::load_job_config(sub->get_option("--config")->as<std::string>());
+      if (!cfg.ok()) continue;
+      if (app.count("--log-level") == 0) log_level = cfg->log_level;
+      if (app.count("--log-format") == 0) log_format = cfg->log_format;
+    }
     auto format = parse_log_format(log_format);
     Status st = format.ok() ? setup_logging({*format, log_level}) : Status(format.error());
     if (!st.ok()) throw CLI::ValidationError("logging", st.error().message());

@@ -8,19 +8,30 @@
 namespace shardguard::cli {
 
 struct ProductionDeps::Impl {
+  explicit Impl(Filesystem& fs) : fs(fs) {}
+  Filesystem& fs;
   io::EventLoop loop;
   io::AsioTimerFactory timers{loop};
   io::PosixProcessLauncher launcher{loop};
   io::BeastHttpClient http{loop};
   SeededRandom random;
   io::ThreadWorker worker{loop, 2};
-  io::Deps deps{loop,          RealClock::instance(), timers, PosixFilesystem::instance(),
-                launcher,      http,                  random, worker};
+  io::Deps deps{loop, RealClock::instance(), timers, fs, launcher, http, random, worker};
 };
 
-ProductionDeps::ProductionDeps() : impl_(std::make_unique<Impl>()) {}
+ProductionDeps::ProductionDeps(Filesystem& fs) : impl_(std::make_unique<Impl>(fs)) {}
 ProductionDeps::~ProductionDeps() = default;
 const io::Deps& ProductionDeps::deps() const { return impl_->deps; }
 io::EventLoop& ProductionDeps::loop() { return impl_->loop; }
+
+std::unique_ptr<RootedFilesystem> job_filesystem(const std::string& run_dir,
+                                                 const std::string& checkpoint_dir,
+                                                 std::optional<uint32_t> group) {
+  std::vector<RootOptions> roots(2);
+  roots[0].path = run_dir;
+  roots[1].path = checkpoint_dir;
+  for (auto& r : roots) r.group = group;
+  return std::make_unique<RootedFilesystem>(std::move(roots), &PosixFilesystem::instance());
+}
 
 }  // namespace shardguard::cli

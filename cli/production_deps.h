@@ -3,8 +3,12 @@
 // source and a worker for slow work.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 
+#include "core/rooted_fs.h"
 #include "io/deps.h"
 
 namespace shardguard::io {
@@ -15,7 +19,9 @@ namespace shardguard::cli {
 
 class ProductionDeps {
  public:
-  ProductionDeps();
+  // `fs`: the filesystem of the bundle (`shardguard run` passes a RootedFilesystem over its
+  // run and checkpoint directories); it must outlive the bundle. Default: PosixFilesystem.
+  explicit ProductionDeps(Filesystem& fs = PosixFilesystem::instance());
   ~ProductionDeps();
   ProductionDeps(const ProductionDeps&) = delete;
   ProductionDeps& operator=(const ProductionDeps&) = delete;
@@ -27,5 +33,12 @@ class ProductionDeps {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The filesystem of `shardguard run`: nothing below the run and checkpoint directories is
+// followed, and what the supervisor creates there is 0750/0640 with `group` (when set),
+// whatever the umask (core/rooted_fs.h); other paths (/proc, hooks' files) as they are.
+std::unique_ptr<RootedFilesystem> job_filesystem(const std::string& run_dir,
+                                                 const std::string& checkpoint_dir,
+                                                 std::optional<uint32_t> group);
 
 }  // namespace shardguard::cli

@@ -13,6 +13,7 @@
 #include "cli/node_services.h"
 #include "cli/production_deps.h"
 #include "cli/run_multinode.h"
+#include "cli/slurm_integration.h"
 #include "core/units.h"
 #include "core/exit_codes.h"
 #include "io/event_loop.h"
@@ -90,11 +91,16 @@ Result<supervisor::JobConfig> build_config(const RunArgs& a) {
 }
 
 // One node: the supervisor, its node in this process, the node's services.
-int run_single(const supervisor::JobConfig& cfg) {
-  ProductionDeps production;
+int run_single(supervisor::JobConfig cfg) {
+  auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
+  ProductionDeps production(*job_fs);
   const io::Deps& deps = production.deps();
+  auto slurm = SlurmIntegration::attach(deps, cfg);  // inside a Slurm job: its defaults
   supervisor::Supervisor sup(deps, cfg);
-  auto job = JobServices::start(deps, cfg, sup);
+  auto job = JobServices::start(
+      deps, cfg, sup, [&](std::string_view event, const std::map<std::string, std::string>& f) {
+        slurm->observe(event, f);
+      });
   if (!job.ok()) {
     std::fprintf(stderr, "shardguard run: %s\n", job.error().message().c_str());
     return kExitUsage;
@@ -118,7 +124,7 @@ int run_single(const supervisor::JobConfig& cfg) {
   production.loop().run_for(std::chrono::milliseconds(50));
   node.stop();
   (*job)->stop();
-  return sup.exit_code();
+  return slurm->finish(sup.exit_code());  // Slurm: requeue by its table
 }
 
 int run(const RunArgs& a) {

@@ -276,7 +276,8 @@ int run_multinode(const supervisor::JobConfig& cfg, const MultiNodeArgs& args) {
   auto secret = net::load_secret(p.secret_file);
   if (!secret.ok()) return fail(secret.error().message(), kExitUsage);
   auto shared = std::make_shared<const net::Secret>(std::move(*secret));
-  ProductionDeps production;
+  auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
+  ProductionDeps production(*job_fs);
   const io::Deps& deps = production.deps();
   for (const auto& line : p.sources) spdlog::info("placement: {}", line);
 

@@ -207,4 +207,23 @@ Result<uint64_t> tree_bytes(Filesystem& fs, const std::string& path);
 // directory. The temp file is removed on any failure.
 Status atomic_write_file(Filesystem& fs, const std::string& path, std::string_view data);
 
+// Modes of what PosixFilesystem creates (the umask may narrow them, never widen them: a
+// umask of 000 still gives 0750/0640). RootedFilesystem (core/rooted_fs.h) sets its own
+// modes exactly, whatever the umask.
+inline constexpr unsigned kDefaultDirMode = 0750;
+inline constexpr unsigned kDefaultFileMode = 0640;
+
+// Building blocks for Filesystem implementations that open descriptors themselves
+// (core/rooted_fs.cc). Each takes ownership of `fd` (closed on every path); `path` is only
+// for messages.
+namespace posix {
+std::unique_ptr<WritableFile> adopt_writable(int fd, std::string path);
+// Maps the whole regular file open at `fd` read-only.
+Result<std::unique_ptr<MappedFile>> map_fd(int fd, std::string path);
+// Positional reads of the file open at `fd`; `direct`: it was opened with O_DIRECT.
+Result<std::unique_ptr<RandomAccessFile>> adopt_readable(int fd, bool direct, std::string path);
+// Reads the rest of the file open at `fd` into memory.
+Result<std::string> read_fd(int fd, const std::string& path);
+}  // namespace posix
+
 }  // namespace shardguard

@@ -242,23 +242,13 @@ PosixFilesystem& PosixFilesystem::instance() {
   return fs;
 }
 
-Result<std::unique_ptr<WritableFile>> PosixFilesystem::open_for_write(const std::string& path,
-                                                                      OpenOptions options) {
-  int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
-  flags |= options.exclusive ? O_EXCL : O_TRUNC;
-  if (options.direct) flags |= O_DIRECT;
-  int fd = ::open(path.c_str(), flags, 0644);
-  if (fd < 0 && options.direct && errno == EINVAL) {
-    // The filesystem refuses O_DIRECT (tmpfs): fall back to buffered writes.
-    fd = ::open(path.c_str(), flags & ~O_DIRECT, 0644);
-  }
-  if (fd < 0) return Error::from_errno("open " + q(path), errno);
-  return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(fd, path));
+namespace posix {
+
+std::unique_ptr<WritableFile> adopt_writable(int fd, std::string path) {
+  return std::make_unique<PosixWritableFile>(fd, std::move(path));
 }
 
-Result<std::unique_ptr<MappedFile>> PosixFilesystem::map_readonly(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+Result<std::unique_ptr<MappedFile>> map_fd(int fd, std::string path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
@@ -279,17 +269,7 @@ Result<std::unique_ptr<MappedFile>> PosixFilesystem::map_readonly(const std::str
   return std::unique_ptr<MappedFile>(std::make_unique<PosixMappedFile>(addr, size, path));
 }
 
-Result<std::unique_ptr<RandomAccessFile>> PosixFilesystem::open_for_read(
-    const std::string& path, ReadOptions options) {
-  int flags = O_RDONLY | O_CLOEXEC;
-  bool direct = options.direct;
-  int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0));
-  if (fd < 0 && direct && errno == EINVAL) {
-    // The filesystem refuses O_DIRECT (tmpfs): fall back to buffered reads.
-    direct = false;
-    fd = ::open(path.c_str(), flags);
-  }
-  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+Result<std::unique_ptr<RandomAccessFile>> adopt_readable(int fd, bool direct, std::string path) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     int err = errno;
@@ -297,12 +277,10 @@ Result<std::unique_ptr<RandomAccessFile>> PosixFilesystem::open_for_read(
     return Error::from_errno("stat " + q(path), err);
   }
   return std::unique_ptr<RandomAccessFile>(std::make_unique<PosixRandomAccessFile>(
-      fd, static_cast<uint64_t>(st.st_size), direct, path));
+      fd, static_cast<uint64_t>(st.st_size), direct, std::move(path)));
 }
 
-Result<std::string> PosixFilesystem::read_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+Result<std::string> read_fd(int fd, const std::string& path) {
   std::string out;
   char buf[1 << 16];
   for (;;) {
@@ -318,6 +296,48 @@ Result<std::string> PosixFilesystem::read_file(const std::string& path) {
   }
   ::close(fd);
   return out;
+}
+
+}  // namespace posix
+
+Result<std::unique_ptr<WritableFile>> PosixFilesystem::open_for_write(const std::string& path,
+                                                                      OpenOptions options) {
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
+  flags |= options.exclusive ? O_EXCL : O_TRUNC;
+  if (options.direct) flags |= O_DIRECT;
+  int fd = ::open(path.c_str(), flags, kDefaultFileMode);
+  if (fd < 0 && options.direct && errno == EINVAL) {
+    // The filesystem refuses O_DIRECT (tmpfs): fall back to buffered writes.
+    fd = ::open(path.c_str(), flags & ~O_DIRECT, kDefaultFileMode);
+  }
+  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+  return posix::adopt_writable(fd, path);
+}
+
+Result<std::unique_ptr<MappedFile>> PosixFilesystem::map_readonly(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+  return posix::map_fd(fd, path);
+}
+
+Result<std::unique_ptr<RandomAccessFile>> PosixFilesystem::open_for_read(const std::string& path,
+                                                                         ReadOptions options) {
+  int flags = O_RDONLY | O_CLOEXEC;
+  bool direct = options.direct;
+  int fd = ::open(path.c_str(), flags | (direct ? O_DIRECT : 0));
+  if (fd < 0 && direct && errno == EINVAL) {
+    // The filesystem refuses O_DIRECT (tmpfs): fall back to buffered reads.
+    direct = false;
+    fd = ::open(path.c_str(), flags);
+  }
+  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+  return posix::adopt_readable(fd, direct, path);
+}
+
+Result<std::string> PosixFilesystem::read_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Error::from_errno("open " + q(path), errno);
+  return posix::read_fd(fd, path);
 }
 
 Status PosixFilesystem::rename(const std::string& from, const std::string& to) {
@@ -362,10 +382,23 @@ Status PosixFilesystem::remove_all(const std::string& path) {
 }
 
 Status PosixFilesystem::create_dirs(const std::string& path) {
-  std::error_code ec;
-  std::filesystem::create_directories(path, ec);
-  if (ec) return Error::from_errno("create directory " + q(path), ec.value());
-  return {};
+  // mkdir -p with our mode (std::filesystem::create_directories asks for 0777 and leaves
+  // the rest to the umask, which may be 000).
+  if (path.empty()) return Error(ErrorCode::kInvalid, "create directory '': empty path");
+  size_t at = path.front() == '/' ? 1 : 0;
+  for (;;) {
+    const size_t slash = path.find('/', at);
+    const std::string prefix = path.substr(0, slash);
+    if (!prefix.empty() && prefix != "/" && ::mkdir(prefix.c_str(), kDefaultDirMode) != 0) {
+      const int err = errno;
+      struct stat st {};
+      // An existing directory (or a link to one: above a root, links are the user's choice).
+      if (err != EEXIST || ::stat(prefix.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+        return Error::from_errno("create directory " + q(prefix), err == EEXIST ? ENOTDIR : err);
+    }
+    if (slash == std::string::npos) return {};
+    at = slash + 1;
+  }
 }
 
 Result<uint64_t> PosixFilesystem::file_size(const std::string& path) {
@@ -401,7 +434,7 @@ Result<PathKind> PosixFilesystem::path_kind(const std::string& path) {
 }
 
 Result<LockAttempt> PosixFilesystem::try_lock_file(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, kDefaultFileMode);
   if (fd < 0) return Error::from_errno("open " + q(path), errno);
   if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
     return LockAttempt{LockStatus::kAcquired, std::make_unique<PosixFileLock>(fd, path), 0};

@@ -3,6 +3,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 
@@ -44,6 +45,10 @@ sg_status from_status(const Status& status) { return status.ok() ? SG_OK : fail(
 const char* last_error() { return t_last_error.c_str(); }
 
 }  // namespace shardguard::hooks::capi
+
+// The header's exit codes are core/exit_codes.h's.
+static_assert(SG_EXIT_AFTER_EMERGENCY == shardguard::kJobExitAfterEmergency);
+static_assert(SG_EXIT_RESUME_FAILED == shardguard::kJobExitResumeFailed);
 
 namespace {
 
@@ -100,6 +105,7 @@ sg_status sg_client_from_env(const char* checkpoint_dir, uint64_t every_steps, i
 
 void sg_client_free(sg_client* client) {
   boundary("sg_client_free", [&] {
+    if (client != nullptr && client->gpu) (void)client->gpu->finish();  // a pending snapshot
     if (client != nullptr && client->client) (void)client->client->wait();
     delete client;
     return SG_OK;
@@ -174,15 +180,63 @@ sg_status sg_client_notify_signal(sg_client* c) {
   return SG_OK;
 }
 
+const char* sg_client_resume_manifest(const sg_client* c) {
+  return boundary_value<const char*>("", [&]() -> const char* {
+    if (!options_of(c)) return "";
+    std::lock_guard lock(c->resume_mu);
+    if (!c->resume_manifest) c->resume_manifest = c->client->resume_manifest().value_or("");
+    return c->resume_manifest->c_str();
+  });
+}
+
+uint64_t sg_client_commit_timeout_ms(const sg_client* c) {
+  if (!options_of(c)) return 0;
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(options_of(c)->commit_timeout).count());
+}
+
+sg_status sg_client_report_resume_failure(sg_client* c, const sg_reader* reader,
+                                          const char* message) {
+  return boundary("sg_client_report_resume_failure", [&]() -> sg_status {
+    if (!options_of(c)) return fail(ErrorCode::kInvalid, "sg_client_report_resume_failure: no client");
+    std::optional<checkpoint::ChecksumFailure> where;
+    if (reader != nullptr) where = reader->reader.checksum_failure();
+    std::string text = message != nullptr ? message : "";
+    if (text.empty() && where)
+      text = where->offset ? checkpoint::block_failure_message(where->file, *where->offset,
+                                                               where->block_bytes)
+                           : where->file + ": fails its checksum";
+    if (text.empty()) text = "the resume checkpoint could not be read";
+    const Error error(ErrorCode::kCorrupt, text);
+    if (where) {
+      c->client->report_resume_failure(error, *where);
+    } else {
+      c->client->report_resume_failure(error);
+    }
+    return SG_OK;
+  });
+}
+
 sg_status sg_client_restore_signal(sg_client* c) {
   return boundary("sg_client_restore_signal", [&]() -> sg_status {
     if (!options_of(c)) return fail(ErrorCode::kInvalid, "sg_client_restore_signal: no client");
-    if (!c->signal_action) return SG_OK;  // the client handles no signal
+    if (c->client->handles_sigterm()) {
+      if (auto st = c->client->restore_signal_handlers(); !st.ok()) return fail(st.error());
+    }
+    if (!c->signal_action) return SG_OK;  // the client handles no checkpoint signal
     const int sig = c->client->options().checkpoint_signal;
     if (::sigaction(sig, &*c->signal_action, nullptr) != 0)
       return fail(Error::from_errno("restore handler of signal " + std::to_string(sig), errno));
     return SG_OK;
   });
+}
+
+// No allocation, no lock: a Python signal handler may call this from the signal's context.
+sg_status sg_client_notify_sigterm(sg_client* c) {
+  if (c == nullptr || !c->client) return SG_ERR_INVALID;
+  if (!c->client->handles_sigterm()) return SG_ERR_UNSUPPORTED;
+  hooks::Client::notify_sigterm();
+  return SG_OK;
 }
 
 }  // extern "C"

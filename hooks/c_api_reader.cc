@@ -143,4 +143,34 @@ const char* sg_reader_global_user(const sg_reader* r) {
   return r->reader.global().user.c_str();
 }
 
+const char* sg_reader_global_tree(const sg_reader* r) {
+  if (r == nullptr || r->reader.global().tree.empty()) return "null";
+  return r->reader.global().tree.c_str();
+}
+
+const char* sg_reader_rank_tree(const sg_reader* r, uint32_t rank) {
+  return boundary_value<const char*>("null", [&] {
+    const auto* s = rank_state(r, rank);
+    return (s == nullptr || s->tree.empty()) ? "null" : s->tree.c_str();
+  });
+}
+
+int sg_reader_checksum_failure(const sg_reader* r, const char** file, uint64_t* offset,
+                               int* has_offset) {
+  return boundary_value(0, [&] {
+    if (r == nullptr) return 0;
+    auto failure = r->reader.checksum_failure();
+    if (!failure) return 0;
+    // Kept in the handle: the pointer handed out stays valid while the reader lives.
+    {
+      std::lock_guard lock(r->failure_mu);
+      if (!r->failure_file) r->failure_file = std::make_unique<std::string>(failure->file);
+    }
+    if (file != nullptr) *file = r->failure_file->c_str();
+    if (offset != nullptr) *offset = failure->offset.value_or(0);
+    if (has_offset != nullptr) *has_offset = failure->offset ? 1 : 0;
+    return 1;
+  });
+}
+
 }  // extern "C"

@@ -1,5 +1,7 @@
 // C ABI: saving (shardguard.h, "save"): begin a writer, add tensors and chunks, set the rank
-// and global state, save (commit) and wait.
+// and global state (and format 2's state trees), save (commit) and wait.
+#include <boost/json/parse.hpp>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,7 +41,34 @@ std::span<const std::byte> bytes(const void* data, size_t size) {
   return {static_cast<const std::byte*>(data), size};
 }
 
+// The global state as set so far: created with the writer's step on first use.
+checkpoint::GlobalState& global_of(sg_writer* w) {
+  if (!w->global) {
+    w->global.emplace();
+    w->global->step = w->writer.options().step;
+  }
+  return *w->global;
+}
+
+Status refuse_unless_rank0(const sg_writer* w, const char* what) {
+  if (w->writer.options().rank == 0) return {};
+  return Error(ErrorCode::kInvalid, std::string("only rank 0 sets the ") + what + " (this is rank " +
+                                        std::to_string(w->writer.options().rank) + ")");
+}
+
 }  // namespace
+
+namespace shardguard::hooks::capi {
+
+Status check_json(const char* text, const std::string& what) {
+  boost::system::error_code ec;
+  auto v = boost::json::parse(text, ec);
+  if (ec) return Error(ErrorCode::kInvalid, what + " is not valid JSON: " + ec.message());
+  if (!v.is_object()) return Error(ErrorCode::kInvalid, what + " must be a JSON object");
+  return {};
+}
+
+}  // namespace shardguard::hooks::capi
 
 extern "C" {
 
@@ -47,7 +76,7 @@ sg_status sg_client_begin_save(sg_client* client, uint64_t step, sg_writer** out
   return boundary("sg_client_begin_save", [&]() -> sg_status {
     if (client == nullptr || !client->client || out == nullptr)
       return fail(ErrorCode::kInvalid, "sg_client_begin_save: NULL argument");
-    *out = new sg_writer{client->client->begin_save(step)};
+    *out = new sg_writer(client->client->begin_save(step));
     return SG_OK;
   });
 }
@@ -81,11 +110,23 @@ sg_status sg_writer_set_rank_state(sg_writer* w, const void* rng, size_t rng_siz
   return boundary("sg_writer_set_rank_state", [&]() -> sg_status {
     if (w == nullptr || (rng == nullptr && rng_size != 0))
       return fail(ErrorCode::kInvalid, "sg_writer_set_rank_state: NULL argument");
-    checkpoint::RankState st;
-    if (rng_size > 0) st.rng.assign(static_cast<const char*>(rng), rng_size);
+    checkpoint::RankState& st = w->rank_state;
+    st.rng = rng_size > 0 ? std::string(static_cast<const char*>(rng), rng_size) : std::string();
     st.data_position = json_or_null(data_position_json);
     st.user = json_or_null(user_json);
-    w->writer.set_rank_state(std::move(st));
+    w->writer.set_rank_state(st);
+    return SG_OK;
+  });
+}
+
+sg_status sg_writer_set_rank_tree(sg_writer* w, const char* tree_json) {
+  return boundary("sg_writer_set_rank_tree", [&]() -> sg_status {
+    if (w == nullptr) return fail(ErrorCode::kInvalid, "sg_writer_set_rank_tree: NULL writer");
+    if (tree_json != nullptr)
+      if (auto st = hooks::capi::check_json(tree_json, "rank state tree"); !st.ok())
+        return fail(st.error());
+    w->rank_state.tree = tree_json != nullptr ? tree_json : "";
+    w->writer.set_rank_state(w->rank_state);
     return SG_OK;
   });
 }
@@ -94,10 +135,26 @@ sg_status sg_writer_set_global_state(sg_writer* w, uint64_t step, const char* lr
                                      const char* user_json) {
   return boundary("sg_writer_set_global_state", [&]() -> sg_status {
     if (w == nullptr) return fail(ErrorCode::kInvalid, "sg_writer_set_global_state: NULL writer");
-    if (w->writer.options().rank != 0)
-      return fail(ErrorCode::kInvalid, "only rank 0 sets the global state (this is rank " +
-                                           std::to_string(w->writer.options().rank) + ")");
-    w->writer.set_global_state({step, json_or_null(lr_schedule_json), json_or_null(user_json)});
+    if (auto st = refuse_unless_rank0(w, "global state"); !st.ok()) return fail(st.error());
+    checkpoint::GlobalState& g = global_of(w);
+    g.step = step;
+    g.lr_schedule = json_or_null(lr_schedule_json);
+    g.user = json_or_null(user_json);
+    w->writer.set_global_state(g);
+    return SG_OK;
+  });
+}
+
+sg_status sg_writer_set_global_tree(sg_writer* w, const char* tree_json) {
+  return boundary("sg_writer_set_global_tree", [&]() -> sg_status {
+    if (w == nullptr) return fail(ErrorCode::kInvalid, "sg_writer_set_global_tree: NULL writer");
+    if (auto st = refuse_unless_rank0(w, "global state tree"); !st.ok()) return fail(st.error());
+    if (tree_json != nullptr)
+      if (auto st = hooks::capi::check_json(tree_json, "global state tree"); !st.ok())
+        return fail(st.error());
+    checkpoint::GlobalState& g = global_of(w);
+    g.tree = tree_json != nullptr ? tree_json : "";
+    w->writer.set_global_state(g);
     return SG_OK;
   });
 }
@@ -109,6 +166,10 @@ sg_status sg_client_save(sg_client* client, sg_writer* writer, const char* reaso
   return boundary("sg_client_save", [&]() -> sg_status {
     if (client == nullptr || !client->client || !owned)
       return fail(ErrorCode::kInvalid, "sg_client_save: NULL client or writer");
+    if (!owned->device.empty())
+      return fail(ErrorCode::kInvalid,
+                  "sg_client_save: the writer has device tensors; save it with "
+                  "sg_client_snapshot_device");
     std::optional<checkpoint::SaveReason> why;
     if (reason != nullptr) {
       auto parsed = checkpoint::parse_save_reason(reason);
@@ -124,6 +185,14 @@ sg_status sg_client_wait(sg_client* client) {
     if (client == nullptr || !client->client)
       return fail(ErrorCode::kInvalid, "sg_client_wait: NULL client");
     return from_status(client->client->wait());
+  });
+}
+
+sg_status sg_client_reserve(sg_client* client, uint64_t bytes) {
+  return boundary("sg_client_reserve", [&]() -> sg_status {
+    if (client == nullptr || !client->client)
+      return fail(ErrorCode::kInvalid, "sg_client_reserve: NULL client");
+    return from_status(client->client->reserve(bytes));
   });
 }
 

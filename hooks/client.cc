@@ -20,15 +20,23 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// A size hint counts tensor bytes; the shard file adds its safetensors header (names,
+// shapes, chunk boxes: ~100-200 bytes per tensor) to them.
+constexpr uint64_t kHeaderRoom = 1 << 20;
+
 // Set by the checkpoint signal; the handler does nothing else.
 std::atomic<bool> g_signal_seen{false};
 extern "C" void on_checkpoint_signal(int) { g_signal_seen.store(true); }
+// Set by SIGTERM when the client catches it; the handler does nothing else.
+std::atomic<bool> g_term_seen{false};
+extern "C" void on_term_signal(int) { g_term_seen.store(true); }
 
-// Installs the flag-setting handler, keeping the old disposition in `previous`.
-Status install_signal(int sig, struct sigaction* previous) {
+// Installs a flag-setting handler, keeping the old disposition in `previous` (if given).
+Status install_signal(int sig, struct sigaction* previous,
+                      void (*handler)(int) = on_checkpoint_signal) {
   if (sig == 0) return {};
   struct sigaction sa {};
-  sa.sa_handler = on_checkpoint_signal;
+  sa.sa_handler = handler;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
   if (::sigaction(sig, &sa, previous) != 0)
@@ -53,6 +61,8 @@ struct Client::Impl {
   std::atomic<bool> closing{false};
   struct sigaction previous_handler {};
   bool handler_installed = false;
+  bool handle_term = false;  // catches SIGTERM (options.handle_sigterm, resolved)
+  struct sigaction previous_term {};
 
   mutable std::mutex mu;
   Schedule schedule;
@@ -102,9 +112,20 @@ struct Client::Impl {
     if (passed) send(Passed{*passed});
   }
 
+  // A SIGTERM caught since the last call goes to the supervisor, which picks the step every
+  // rank saves. Called by the reader thread (every 100 ms at most) and the training thread.
+  void report_signals() {
+    if (!socket || !handle_term || !g_term_seen.exchange(false)) return;
+    spdlog::warn(
+        "shardguard client: SIGTERM: telling the supervisor; training goes on until it "
+        "names the step to save");
+    send(SignalReceived{"SIGTERM"});
+  }
+
   void read_loop() {
     while (!closing.load()) {
-      auto line = socket->read_line(200ms);
+      report_signals();
+      auto line = socket->read_line(100ms);
       if (!line.ok()) {
         if (line.error().code() == ErrorCode::kTimeout) continue;
         if (!closing.load())
@@ -213,6 +234,22 @@ struct Client::Impl {
   void join_saver() {
     if (saver.joinable()) saver.join();
   }
+
+  // Populates the staging of async saves from start-up: sized from this rank's file in the
+  // resume manifest, else the staging_bytes hint. Without either the first save pays.
+  void prepare_staging(const std::optional<std::string>& manifest) {
+    uint64_t bytes = 0;
+    if (manifest) {
+      auto text = fs.read_file(*manifest);
+      auto m = text.ok() ? checkpoint::parse_manifest(*text, *manifest)
+                         : Result<checkpoint::Manifest>(std::move(text).error());
+      if (m.ok()) bytes = checkpoint::staging_bytes_for(*m, opt.rank, opt.world_size);
+    }
+    if (bytes == 0 && opt.staging_bytes > 0) bytes = opt.staging_bytes + kHeaderRoom;
+    if (bytes == 0) return;
+    if (auto st = staging.prepare(bytes); !st.ok())
+      spdlog::warn("shardguard client: {}", st.error().message());
+  }
 };
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -223,6 +260,7 @@ Client::~Client() {
   if (impl_->reader.joinable()) impl_->reader.join();
   if (impl_->handler_installed)
     ::sigaction(impl_->opt.checkpoint_signal, &impl_->previous_handler, nullptr);
+  if (impl_->handle_term) ::sigaction(SIGTERM, &impl_->previous_term, nullptr);
 }
 
 Result<std::unique_ptr<Client>> Client::from_env(ClientOptions defaults) {
@@ -235,6 +273,7 @@ Result<std::unique_ptr<Client>> Client::create(ClientOptions opt) {
     return Error(ErrorCode::kInvalid, "client: no checkpoint directory given");
   auto impl = std::make_unique<Impl>(std::move(opt));
   impl->schedule.every_steps = impl->opt.every_steps;
+
   if (!impl->opt.control_socket.empty()) {
     auto sock = io::UnixSocketClient::connect(impl->opt.control_socket);
     if (!sock.ok()) return std::move(sock).error().context("control socket");
@@ -242,12 +281,22 @@ Result<std::unique_ptr<Client>> Client::create(ClientOptions opt) {
   }
   SG_RETURN_IF_ERROR(install_signal(impl->opt.checkpoint_signal, &impl->previous_handler));
   impl->handler_installed = impl->opt.checkpoint_signal != 0;
+  // A checkpoint signal that is SIGTERM keeps its old meaning: the supervisor sends it.
+  const bool term = impl->opt.handle_sigterm.value_or(impl->opt.under_shardguard) &&
+                    impl->opt.checkpoint_signal != SIGTERM;
+  impl->opt.handle_sigterm = term;
+  if (term) {
+    SG_RETURN_IF_ERROR(install_signal(SIGTERM, &impl->previous_term, on_term_signal));
+    impl->handle_term = true;
+  }
   if (impl->socket) {
     impl->send(Hello{impl->opt.rank, impl->opt.world_size, ::getpid(), impl->opt.job_id,
                      impl->opt.attempt});
     impl->reader = std::thread([p = impl.get()] { p->read_loop(); });
   }
-  return std::unique_ptr<Client>(new Client(std::move(impl)));
+  std::unique_ptr<Client> client(new Client(std::move(impl)));
+  if (client->impl_->opt.async) client->impl_->prepare_staging(client->resume_manifest());
+  return client;
 }
 
 const ClientOptions& Client::options() const { return impl_->opt; }
@@ -274,7 +323,17 @@ void Client::report_resume_failure(const Error& error) {
   impl_->send(msg);
 }
 
+void Client::report_resume_failure(const Error& error, const checkpoint::ChecksumFailure& where) {
+  ResumeFailed msg;
+  msg.manifest = where.manifest.empty() ? resume_manifest().value_or("") : where.manifest;
+  msg.file = where.file;
+  msg.offset = where.offset.value_or(0);
+  msg.error = error.message();
+  impl_->send(msg);
+}
+
 void Client::heartbeat(uint64_t step) {
+  impl_->report_signals();
   const auto now = impl_->clock.now();
   {
     std::lock_guard lock(impl_->mu);
@@ -287,14 +346,18 @@ void Client::heartbeat(uint64_t step) {
 
 bool Client::should_checkpoint(uint64_t step) {
   Impl& m = *impl_;
-  if (g_signal_seen.exchange(false) && !m.socket) {
+  const bool signal_seen = g_signal_seen.exchange(false) && !m.socket;
+  const bool term_seen = !m.socket && m.handle_term && g_term_seen.exchange(false);
+  if (signal_seen || term_seen) {
     // Outside shardguard nobody else will choose a step: save the one at hand.
     std::lock_guard lock(m.mu);
     if (!m.local_emergency)
-      m.local_emergency = EmergencyRequest{m.clock.wall_now() + 30s, "signal", step};
+      m.local_emergency =
+          EmergencyRequest{m.clock.wall_now() + 30s, signal_seen ? "signal" : "sigterm", step};
   }
   // Under shardguard a signal needs nothing here: the supervisor sends checkpoint_now (before
-  // the signal) with the step every rank saves.
+  // the checkpoint signal) with the step every rank saves; a SIGTERM is reported to it.
+  m.report_signals();
   bool save = false;
   {
     std::lock_guard lock(m.mu);
@@ -330,6 +393,15 @@ std::optional<uint64_t> Client::requested_step() const {
 }
 
 void Client::notify_signal() { g_signal_seen.store(true); }
+void Client::notify_sigterm() { g_term_seen.store(true); }
+bool Client::handles_sigterm() const { return impl_->handle_term; }
+
+Status Client::restore_signal_handlers() {
+  if (impl_->handler_installed)
+    SG_RETURN_IF_ERROR(install_signal(impl_->opt.checkpoint_signal, nullptr));
+  if (impl_->handle_term) SG_RETURN_IF_ERROR(install_signal(SIGTERM, nullptr, on_term_signal));
+  return {};
+}
 
 bool Client::should_exit() const {
   std::lock_guard lock(impl_->mu);
@@ -386,6 +458,13 @@ Status Client::wait() {
   impl_->save_result.reset();
   return st;
 }
+
+Status Client::reserve(uint64_t bytes) {
+  impl_->join_saver();
+  return impl_->staging.prepare(bytes + kHeaderRoom);
+}
+
+checkpoint::StagingBuffer& Client::staging() { return impl_->staging; }
 
 uint64_t Client::last_committed_step() const {
   std::lock_guard lock(impl_->mu);

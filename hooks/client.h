@@ -12,6 +12,14 @@
 // schedule and `checkpoint_now` requests, and reports begin / committed / failed. The
 // checkpoint signal (default SIGUSR1) only sets a flag. Run outside shardguard it still
 // works: plain checkpoints to a directory given in code, resuming from the newest complete.
+//
+// SIGTERM: under shardguard the client catches it by default (handle_sigterm,
+// SHARDGUARD_HANDLE_SIGTERM=0 opts out). Slurm sends it to every process of a job (scancel,
+// time limit, preemption, requeue) and shardguard never does, so it means "the job is being
+// stopped": the handler sets a flag, the client tells the supervisor (`signal`) within about
+// 100 ms and keeps training until the supervisor's checkpoint_now names the step every rank
+// saves; should_exit() is then true after that save (exit 75). A `stop` that came first wins.
+// Outside shardguard, where it is off unless asked for, SIGTERM saves the step at hand.
 // Thread-safety: the public methods are called from the training thread; a reader thread
 // and (in async mode) a save thread run inside.
 #pragma once
@@ -50,9 +58,16 @@ struct ClientOptions {
   std::string control_socket;    // empty: no agent
   bool under_shardguard = false;  // SHARDGUARD_JOB_ID was set
   int checkpoint_signal = SIGUSR1;  // 0: none
+  // Catch SIGTERM (see above). nullopt: when under shardguard (SHARDGUARD_HANDLE_SIGTERM);
+  // create() resolves it. Moot when the checkpoint signal is SIGTERM itself.
+  std::optional<bool> handle_sigterm;
   uint64_t every_steps = 0;      // periodic checkpoints without an agent (0: off)
   bool async = false;            // save() returns after the snapshot; the write goes on
   int io_threads = 4;
+  // Size hint of the staging memory of async saves (SHARDGUARD_STAGING_BYTES): this rank's
+  // tensor bytes. 0: from this rank's file in the resume manifest, or else the first save
+  // sizes it (see reserve()).
+  uint64_t staging_bytes = 0;
   Duration commit_timeout = std::chrono::minutes(10);  // SHARDGUARD_COMMIT_TIMEOUT_MS
   ClientDeps deps;
 };
@@ -94,6 +109,13 @@ class Client {
   // For hosts that catch the checkpoint signal themselves (Python's signal module): the
   // same as the signal arriving. The flag is process-wide, as the signal is.
   void notify_signal();
+  // The same for SIGTERM, when handles_sigterm(). Async-signal-safe (sets a flag only).
+  static void notify_sigterm();
+  // Whether this client catches SIGTERM (options().handle_sigterm, resolved).
+  bool handles_sigterm() const;
+  // Puts the client's own handlers (checkpoint signal, SIGTERM) back after a host replaced
+  // them; the handlers to restore at destruction stay the ones found at creation.
+  Status restore_signal_handlers();
   // True once an emergency checkpoint is committed or the agent said stop: exit cleanly
   // (with shardguard::kJobExitAfterEmergency, 75, after an emergency checkpoint).
   bool should_exit() const;
@@ -102,6 +124,9 @@ class Client {
   // shardguard::kJobExitResumeFailed afterwards: the supervisor sets the checkpoint aside
   // and relaunches from the previous one.
   void report_resume_failure(const Error& error);
+  // The same, with the file and offset of the block that failed (the reader's
+  // checksum_failure()), which the supervisor records as evidence. For the C ABI.
+  void report_resume_failure(const Error& error, const checkpoint::ChecksumFailure& where);
 
   // A writer for this rank's part of `step`, with job, attempt, rank and world filled in.
   checkpoint::ShardWriter begin_save(uint64_t step);
@@ -116,6 +141,15 @@ class Client {
               std::optional<checkpoint::SaveReason> reason = std::nullopt);
   // Waits for a background save; returns its result.
   Status wait();
+  // Sizes the staging memory of async saves and GPU snapshots for `bytes` of this rank's
+  // tensors (plus room for the file header) and populates it in the background (2 MiB huge
+  // pages), so that the first save stalls no longer than later ones; returns at once. An
+  // async client does this itself at creation from the resume manifest or staging_bytes.
+  // Waits for a save in flight first.
+  Status reserve(uint64_t bytes);
+  // The staging memory that async saves snapshot into (hooks/gpu_snapshot.h copies device
+  // memory straight into it). Only while no save is in flight: call wait() first.
+  checkpoint::StagingBuffer& staging();
   // Step of the last checkpoint this process saw committed (0 if none).
   uint64_t last_committed_step() const;
 

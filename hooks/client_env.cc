@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 
 #include "hooks/client.h"
 #include "hooks/client_internal.h"
@@ -70,7 +71,16 @@ Result<ClientOptions> options_from_env(ClientOptions o) {
   if (const char* v = env("SHARDGUARD_CHECKPOINT_SIGNAL")) {
     SG_ASSIGN_OR_RETURN(o.checkpoint_signal, parse_signal_name(v));
   }
+  // Opt out of (0) or into (1) catching SIGTERM; unset: caught under shardguard.
+  if (const char* v = env("SHARDGUARD_HANDLE_SIGTERM")) {
+    const std::string_view t = v;
+    if (t != "0" && t != "1")
+      return Error(ErrorCode::kInvalid,
+                   "SHARDGUARD_HANDLE_SIGTERM='" + std::string(t) + "' must be 0 or 1");
+    o.handle_sigterm = t == "1";
+  }
   SG_ASSIGN_OR_RETURN(o.every_steps, env_u64("SHARDGUARD_CHECKPOINT_EVERY_STEPS", o.every_steps));
+  SG_ASSIGN_OR_RETURN(o.staging_bytes, env_u64("SHARDGUARD_STAGING_BYTES", o.staging_bytes));
   // The job's [checkpoint] commit_timeout, set by the supervisor.
   SG_ASSIGN_OR_RETURN(uint64_t commit_ms,
                       env_u64("SHARDGUARD_COMMIT_TIMEOUT_MS",

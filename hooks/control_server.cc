@@ -64,6 +64,8 @@ struct ControlServer::Impl {
       if (opt.events.on_passed) opt.events.on_passed(r.rank, p->step);
     } else if (auto* rf = std::get_if<ResumeFailed>(&*msg)) {
       if (opt.events.on_resume_failed) opt.events.on_resume_failed(r.rank, *rf);
+    } else if (auto* sig = std::get_if<SignalReceived>(&*msg)) {
+      if (opt.events.on_signal) opt.events.on_signal(r.rank, sig->name);
     }
   }
 

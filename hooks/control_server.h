@@ -47,6 +47,8 @@ struct ControlEvents {
   std::function<void(uint32_t rank, uint64_t step, const std::string& error)> on_failed;
   std::function<void(uint32_t rank, uint64_t step)> on_passed;
   std::function<void(uint32_t rank, const ResumeFailed&)> on_resume_failed;
+  // The rank received `name` (SIGTERM) from outside and keeps training until told what to do.
+  std::function<void(uint32_t rank, const std::string& name)> on_signal;
   std::function<void(uint32_t rank)> on_disconnect;  // after hello only
   std::function<void(const std::string& problem)> on_protocol_error;
 };

@@ -147,7 +147,8 @@ std::string_view message_type(const JobMessage& m) {
                              [](const CheckpointCommitted&) { return "checkpoint_committed"; },
                              [](const CheckpointFailed&) { return "checkpoint_failed"; },
                              [](const Passed&) { return "passed"; },
-                             [](const ResumeFailed&) { return "resume_failed"; }},
+                             [](const ResumeFailed&) { return "resume_failed"; },
+                             [](const SignalReceived&) { return "signal"; }},
                     m);
 }
 
@@ -186,7 +187,8 @@ std::string encode(const JobMessage& m) {
                         o["file"] = r.file;
                         o["offset"] = r.offset;
                         o["error"] = r.error;
-                      }},
+                      },
+                      [&](const SignalReceived& s) { o["name"] = s.name; }},
              m);
   return line(std::move(o));
 }
@@ -271,6 +273,14 @@ Result<JobMessage> decode_job_message(std::string_view text) {
       SG_ASSIGN_OR_RETURN(f.offset, r.u64("offset"));
       SG_ASSIGN_OR_RETURN(f.error, r.str("error"));
       return f;
+    }));
+  if (type == "signal")
+    return wrap(finish<SignalReceived>(r, [&]() -> Result<SignalReceived> {
+      SignalReceived s;
+      SG_ASSIGN_OR_RETURN(s.name, r.str("name"));
+      if (s.name != "SIGTERM" && s.name != "SIGINT")
+        return Error(ErrorCode::kInvalid, "signal: field 'name' must be SIGTERM or SIGINT");
+      return s;
     }));
   return Error(ErrorCode::kInvalid, "unknown message type '" + type + "'");
 }

@@ -3,7 +3,8 @@
 //
 //   job -> agent : hello, heartbeat{step}, checkpoint_begin{step},
 //                  checkpoint_committed{step, manifest}, checkpoint_failed{step, error},
-//                  passed{step}, resume_failed{manifest, file, offset, error}
+//                  passed{step}, resume_failed{manifest, file, offset, error},
+//                  signal{name}
 //   agent -> job : schedule{every_steps, every_ms}, checkpoint_now{deadline_unix_ms, kind,
 //                  reason, at_step}, abort_save{step, reason}, stop{deadline_unix_ms},
 //                  error{message}
@@ -11,7 +12,8 @@
 // Every line is {"v":2,"type":"...", ...fields}. Unknown types, missing fields, fields of
 // the wrong type, unknown fields and repeated keys are errors (the agent answers with `error`
 // and keeps serving). Version 2 made the kind of a checkpoint request a typed field (version 1
-// encoded it in the reason) and added passed, resume_failed and abort_save.
+// encoded it in the reason) and added passed, resume_failed and abort_save; `signal` joined
+// it later (an agent that predates it answers `error`, and the client keeps training).
 // Thread-safety: pure functions.
 #pragma once
 
@@ -62,8 +64,15 @@ struct ResumeFailed {
   uint64_t offset = 0;
   std::string error;
 };
+// A signal that means "the job is being stopped" (SIGTERM) reached this rank from outside:
+// Slurm signals every process of a job on scancel, a time limit, preemption or requeue,
+// and shardguard itself never sends it to ranks. The supervisor treats it as the notice its
+// own SIGTERM would be. `name` is "SIGTERM" or "SIGINT".
+struct SignalReceived {
+  std::string name;
+};
 using JobMessage = std::variant<Hello, Heartbeat, CheckpointBegin, CheckpointCommitted,
-                                CheckpointFailed, Passed, ResumeFailed>;
+                                CheckpointFailed, Passed, ResumeFailed, SignalReceived>;
 
 // Agent -> job.
 struct Schedule {

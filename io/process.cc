@@ -75,7 +75,7 @@ std::string lookup_path_var(const ProcessSpec& spec) {
 }
 
 Result<UniqueFd> open_log(const std::string& program, const char* which, const std::string& path) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0640);
   if (fd < 0) {
     return Error::from_errno("launch '" + program + "': open " + which + " '" + path + "'", errno);
   }

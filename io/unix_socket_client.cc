@@ -9,6 +9,7 @@
 #include <cstring>
 #include <utility>
 
+#include "io/detail/unix_address.h"
 #include "io/unix_socket_server.h"
 
 namespace shardguard::io {
@@ -19,17 +20,14 @@ constexpr size_t kMaxBufferedLine = 64 << 20;  // a server gone mad cannot exhau
 
 Result<UnixSocketClient> UnixSocketClient::connect(const std::string& path) {
   const std::string what = "connect to unix socket '" + path + "'";
-  sockaddr_un addr{};
-  if (path.empty() || path.size() >= sizeof addr.sun_path) {
-    return Error(ErrorCode::kInvalid, what + ": path too long or empty");
-  }
+  // A path longer than sun_path is reached through its directory (io/detail/unix_address.h).
+  auto address = detail::unix_address(path);
+  if (!address.ok()) return std::move(address).error().context(what);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Error::from_errno(what + ": socket", errno);
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   int rc;
   do {
-    rc = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    rc = ::connect(fd, reinterpret_cast<const sockaddr*>(&address->addr), address->length);
   } while (rc != 0 && errno == EINTR);
   if (rc != 0) {
     const int err = errno;

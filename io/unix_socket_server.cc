@@ -18,6 +18,7 @@
 #include "core/log_limiter.h"
 #include "io/detail/asio.h"
 #include "io/detail/fd.h"
+#include "io/detail/unix_address.h"
 #include "io/event_loop.h"
 
 namespace shardguard::io {
@@ -46,11 +47,10 @@ struct Connection {
 // Whether a server is accepting on `path`: a refused connect means a stale socket file.
 bool someone_listens(const std::string& path) {
   detail::UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  if (!fd) return false;
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  return ::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  auto address = detail::unix_address(path);
+  if (!fd || !address.ok()) return false;
+  return ::connect(fd.get(), reinterpret_cast<const sockaddr*>(&address->addr), address->length) ==
+         0;
 }
 
 }  // namespace
@@ -283,11 +283,9 @@ Status UnixSocketServer::start() {
   const std::string& path = s.options.path;
   const std::string what = "unix socket '" + path + "'";
   if (s.acceptor.is_open()) return Error(ErrorCode::kInternal, what + ": already started");
-  if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path)) {
-    return Error(ErrorCode::kInvalid, what + ": path must be 1 to " +
-                                          std::to_string(sizeof(sockaddr_un::sun_path) - 1) +
-                                          " bytes long");
-  }
+  // A path longer than sun_path is bound through its directory (io/detail/unix_address.h).
+  auto address = detail::unix_address(path);
+  if (!address.ok()) return std::move(address).error();
   struct stat st {};
   if (::lstat(path.c_str(), &st) == 0) {
     if (!S_ISSOCK(st.st_mode)) {
@@ -302,7 +300,7 @@ Status UnixSocketServer::start() {
   }
   boost::system::error_code ec;
   s.acceptor.open(stream(), ec);
-  if (!ec) s.acceptor.bind(stream::endpoint(path), ec);
+  if (!ec) s.acceptor.bind(stream::endpoint(address->in_use), ec);
   if (ec) {
     boost::system::error_code ignored;
     s.acceptor.close(ignored);

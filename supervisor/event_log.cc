@@ -1,9 +1,10 @@
 #include "supervisor/event_log.h"
 
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <boost/json.hpp>
-
 #include <fstream>
 
 namespace shardguard::supervisor {
@@ -30,8 +31,15 @@ EventLog& EventLog::operator=(EventLog&& o) noexcept {
 
 Result<EventLog> EventLog::open(const std::string& path, Clock& clock) {
   EventLog log;
-  log.file_ = std::fopen(path.c_str(), "a");
-  if (log.file_ == nullptr) return Error::from_errno("open '" + path + "'", errno);
+  // 0640 whatever the umask, and never through a link (fopen's "a" asks for 0666).
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0640);
+  if (fd < 0) return Error::from_errno("open '" + path + "'", errno);
+  log.file_ = ::fdopen(fd, "a");
+  if (log.file_ == nullptr) {
+    const int err = errno;
+    ::close(fd);
+    return Error::from_errno("open '" + path + "'", err);
+  }
   log.path_ = path;
   log.clock_ = &clock;
   return log;

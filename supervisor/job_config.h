@@ -35,6 +35,10 @@ struct JobConfig {
   uint32_t nproc = 1;
   std::string checkpoint_dir = "checkpoints";
   std::string run_dir = "shardguard-run";
+  // The group given the run and checkpoint directories and what shardguard creates in them
+  // (0750 directories with set-group-ID, 0640 files), so on-call engineers in it can run
+  // `shardguard status` and read checkpoints. Unset: the user's own group.
+  std::optional<uint32_t> group;
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 29500;
   std::map<std::string, std::string> env;  // extra environment for every rank
@@ -97,6 +101,9 @@ struct JobConfig {
   // IP address the metrics endpoint binds to ("0.0.0.0" to be scraped from another host);
   // empty: SHARDGUARD_METRICS_ADDRESS, else 127.0.0.1.
   std::string metrics_address;
+
+  // [log]: applied by `shardguard run` and `shardguard agent` (cli/main.cc) unless
+  // --log-format / --log-level are given; SHARDGUARD_LOG_FORMAT / _LEVEL override both.
   std::string log_format = "text";
   std::string log_level = "info";
 };

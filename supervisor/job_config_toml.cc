@@ -1,6 +1,7 @@
 #include "supervisor/job_config_toml.h"
 
 #include <arpa/inet.h>
+#include <grp.h>
 #include <toml++/toml.h>
 
 #include <algorithm>
@@ -9,7 +10,9 @@
 #include <cstdio>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <set>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -78,6 +81,19 @@ class Problems {
   std::vector<Issue> issues_;
 };
 
+// The longest a duration key may be, and how the message spells it.
+struct DurationCeiling {
+  Duration value;
+  std::string_view text;
+};
+constexpr Duration days(int64_t n) { return std::chrono::hours(24 * n); }
+constexpr DurationCeiling kHour{std::chrono::hours(1), "1h"};
+constexpr DurationCeiling kDay{days(1), "1d"};
+constexpr DurationCeiling kWeek{days(7), "7d"};
+constexpr DurationCeiling kMonth{days(31), "31d"};
+constexpr DurationCeiling kYear{days(366), "366d"};
+constexpr DurationCeiling kDecade{days(3653), "3653d"};
+
 std::string range_text(int64_t v, int64_t lo, int64_t hi) {
   const std::string got = ", got " + std::to_string(v);
   if (hi < kMaxU32)
@@ -137,14 +153,19 @@ class Section {
     out = v;
   }
 
-  // Returns the node it read (for cross-key checks), or null.
-  const toml::node* duration(std::string_view key, Duration& out, bool positive = false) {
+  // Returns the node it read (for cross-key checks), or null. Every duration has a ceiling
+  // (`max`): a deadline is now plus one of them, and "106000d" overflowed it.
+  const toml::node* duration(std::string_view key, Duration& out, bool positive,
+                             const DurationCeiling& max) {
     const toml::node* n = get(key);
     if (!n || !expect(*n, key, n->is_string(), "a duration string like \"30s\"")) return nullptr;
     auto parsed = parse_duration(n->as_string()->get());
     if (!parsed.ok()) return bad(*n, key, parsed.error().message()), nullptr;
     if (positive && parsed.value() <= Duration::zero())
       return bad(*n, key, "must be greater than 0"), nullptr;
+    if (parsed.value() > max.value)
+      return bad(*n, key, "must be at most " + std::string(max.text) + ", got " + toml_text(*n)),
+             nullptr;
     out = parsed.value();
     return n;
   }
@@ -192,15 +213,42 @@ class Section {
   std::set<std::string> known_;
 };
 
+// A group by name (the group database) or number.
+std::optional<uint32_t> lookup_group(const std::string& name) {
+  if (!name.empty() && name.find_first_not_of("0123456789") == std::string::npos &&
+      name.size() < 10)
+    return static_cast<uint32_t>(std::stoul(name));
+  group entry{};
+  group* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getgrnam_r(name.c_str(), &entry, buf.data(), buf.size(), &found) != 0 || !found)
+    return std::nullopt;
+  return static_cast<uint32_t>(found->gr_gid);
+}
+
 void read_job(Section s, JobConfig& c) {
   s.string("id", c.job_id);
+  // The run and checkpoint directories' group, so that on-call engineers in it can read.
+  if (const toml::node* n = s.get("group");
+      n && s.expect(*n, "group", n->is_string() || n->is_integer(), "a group name or number")) {
+    const std::string name =
+        n->is_string() ? n->as_string()->get() : std::to_string(n->as_integer()->get());
+    const auto gid = n->is_integer() && (n->as_integer()->get() < 0 ||
+                                         n->as_integer()->get() > kMaxU32 - 1)
+                         ? std::nullopt
+                         : lookup_group(name);
+    if (!gid)
+      s.bad(*n, "group", "unknown group " + Section::toml_text(*n));
+    else
+      c.group = *gid;
+  }
   s.integer("nproc", c.nproc, 1, kMaxU32);
   s.string("checkpoint_dir", c.checkpoint_dir);
   s.string("run_dir", c.run_dir);
   s.string("master_addr", c.master_addr);
   s.integer("master_port", c.master_port, 1, 65535);
-  s.duration("coordinator_timeout", c.coordinator_timeout, true);
-  s.duration("rendezvous_timeout", c.rendezvous_timeout, true);
+  s.duration("coordinator_timeout", c.coordinator_timeout, true, kDay);
+  s.duration("rendezvous_timeout", c.rendezvous_timeout, true, kDay);
   if (const toml::node* n = s.get("command");
       n && s.expect(*n, "command", n->is_array(), "an array of strings")) {
     std::vector<std::string> command;
@@ -228,25 +276,25 @@ void read_checkpoint(Section s, JobConfig& c) {
             {"time", IntervalMode::kTime},
             {"auto", IntervalMode::kAuto}});
   s.integer("every_steps", c.every_steps, 1, kMaxI64);
-  s.duration("every", c.every, true);
-  s.duration("mtbf", c.mtbf, true);
+  s.duration("every", c.every, true, kMonth);
+  s.duration("mtbf", c.mtbf, true, kDecade);
   s.choice("resume_verify", c.resume_verify,
            {{"size", VerifyMode::kSize}, {"checksum", VerifyMode::kChecksum}});
   s.integer("keep_last", c.keep_last, 0, kMaxU32);
   s.integer("keep_every", c.keep_every, 0, kMaxI64);
-  s.duration("commit_timeout", c.commit_timeout, true);
+  s.duration("commit_timeout", c.commit_timeout, true, kDay);
   s.finish();
 }
 
 void read_budget(Section s, RestartBudget& b) {
   s.integer("max_restarts", b.max_restarts, 0, kMaxU32);
-  s.duration("window", b.window, true);
+  s.duration("window", b.window, true, kYear);
   s.finish();
 }
 
 void read_restart(Section s, JobConfig& c, Problems& problems) {
-  const toml::node* initial = s.duration("backoff_initial", c.backoff_initial);
-  const toml::node* max = s.duration("backoff_max", c.backoff_max);
+  const toml::node* initial = s.duration("backoff_initial", c.backoff_initial, false, kDay);
+  const toml::node* max = s.duration("backoff_max", c.backoff_max, false, kWeek);
   if ((initial || max) && c.backoff_max < c.backoff_initial) {
     s.bad(max ? *max : *initial, max ? "backoff_max" : "backoff_initial",
           "backoff_max (" + format_duration(c.backoff_max) + ") is below backoff_initial (" +
@@ -254,7 +302,7 @@ void read_restart(Section s, JobConfig& c, Problems& problems) {
   }
   s.real("backoff_multiplier", c.backoff_multiplier, 1.0, 1000.0, "must be between 1 and 1000");
   s.real("backoff_jitter", c.backoff_jitter, 0.0, 0.99, "must be between 0 and 0.99");
-  s.duration("healthy_after", c.healthy_after);
+  s.duration("healthy_after", c.healthy_after, false, kMonth);
   s.integer("no_progress_limit", c.no_progress_limit, 0, kMaxU32);
   if (const toml::node* n = s.get("preemption_exit_codes");
       n && s.expect(*n, "preemption_exit_codes", n->is_array(), "an array of integers")) {
@@ -298,9 +346,9 @@ void read_stop(Section s, JobConfig& c) {
     else
       c.checkpoint_signal = *number;
   }
-  s.duration("grace", c.grace);
-  s.duration("safety_margin", c.safety_margin);
-  s.duration("term_grace", c.term_grace);
+  s.duration("grace", c.grace, false, kDay);
+  s.duration("safety_margin", c.safety_margin, false, kHour);
+  s.duration("term_grace", c.term_grace, false, kHour);
   s.finish();
 }
 
@@ -311,7 +359,7 @@ void read_agent(Section s, agent::AgentSettings& a) {
   s.string("gcp_url", a.gcp_url);
   s.string("azure_url", a.azure_url);
   s.string("azure_vm_name", a.azure_vm_name);
-  s.duration("poll_interval", a.poll_interval, true);
+  s.duration("poll_interval", a.poll_interval, true, kHour);
   if (const toml::node* n = s.get("notice_signals");
       n && s.expect(*n, "notice_signals", n->is_array(), "an array of signal names")) {
     for (const auto& item : *n->as_array()) {
@@ -325,7 +373,7 @@ void read_agent(Section s, agent::AgentSettings& a) {
       a.notice_signals.push_back(*number);
     }
   }
-  s.duration("signal_grace", a.signal_grace, true);
+  s.duration("signal_grace", a.signal_grace, true, kDay);
   // The drain file is gone: an operator's drain reaches the run through its agent socket.
   for (const char* removed : {"drain_file", "drain_grace"})
     if (const toml::node* n = s.get(removed))
@@ -370,7 +418,7 @@ void read_node_health(Section& s, agent::HealthSettings& h) {
   size(s, "disk_warning", h.disk_warning_bytes);
   size(s, "disk_fatal", h.disk_fatal_bytes);
   Duration interval{0};
-  if (s.duration("check_interval", interval, true))
+  if (s.duration("check_interval", interval, true, kDay))
     for (auto* p : {&h.gpu_policy, &h.xid_policy, &h.disk_policy, &h.memory_policy})
       p->interval = interval;
 }
@@ -396,7 +444,7 @@ void read_hooks(Section& root, std::vector<hooks::HookSpec>& out, Problems& prob
       }
     }
     h.string("url", spec.url);
-    h.duration("timeout", spec.timeout, true);
+    h.duration("timeout", spec.timeout, true, kHour);
     h.integer("retries", spec.retries, 0, hooks::kMaxHookRetries);
     if (auto st = hooks::validate_hook(spec); !st.ok())
       problems.add(item.source(), "hooks", st.error().message());
@@ -427,8 +475,8 @@ void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   read_restart(section("restart"), c, problems);
   {
     Section health = section("health");
-    health.duration("hang_timeout", c.hang_timeout);
-    health.duration("startup_timeout", c.startup_timeout);
+    health.duration("hang_timeout", c.hang_timeout, false, kWeek);
+    health.duration("startup_timeout", c.startup_timeout, false, kWeek);
     read_node_health(health, c.node_health);
     health.finish();
   }

@@ -3,8 +3,10 @@
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
+#include <map>
 #include <set>
 
 #include "checkpoint/catalog.h"
@@ -31,6 +33,12 @@ hooks::RequestKind to_wire(CheckpointKind k) {
 }
 
 bool transient_errno(int e) { return e == EMFILE || e == ENFILE || e == EAGAIN || e == ENOMEM; }
+
+// Slurm signals every process of a job at once, so each rank reports the same SIGTERM (and
+// shardguard usually got it too): the reports of one signal within this window of the first
+// make one notice, which the decision core counts once with shardguard's own (repeats count
+// only 1 s apart). A rank reports within about 100 ms of the signal.
+constexpr auto kRankSignalWindow = std::chrono::seconds(2);
 
 }  // namespace
 
@@ -61,6 +69,7 @@ struct NodeRunner::Impl {
   bool killing = false;
   int hang_reports_pending = 0;
   std::optional<command::CheckpointNow> request;
+  std::map<std::string, SteadyTime> rank_signal_at;  // by signal name: the last notice's time
 
   Impl(const io::Deps& deps, NodeRunnerOptions o, JobLauncher& l, Report r, RecordFn rec)
       : d(deps), opt(std::move(o)), launcher(l), report(std::move(r)), record(std::move(rec)) {}
@@ -122,6 +131,7 @@ struct NodeRunner::Impl {
     e.on_resume_failed = [this](uint32_t rank, const hooks::ResumeFailed& f) {
       report(event::ResumeFailed{epoch, rank, f.manifest, f.file, f.offset, f.error});
     };
+    e.on_signal = [this](uint32_t rank, const std::string& name) { on_rank_signal(rank, name); };
     e.on_protocol_error = [](const std::string& problem) {
       spdlog::warn("control socket: {}", problem);
     };
@@ -133,6 +143,28 @@ struct NodeRunner::Impl {
       io::reap_orphans();
       arm_reaper();
     });
+  }
+
+  // A SIGTERM that reached a rank came from outside (teardown never sends one): the same
+  // notice as shardguard's own SIGTERM, with the job's grace.
+  void on_rank_signal(uint32_t rank, const std::string& name) {
+    const SteadyTime now = d.clock.now();
+    auto it = rank_signal_at.find(name);
+    const bool repeat = it != rank_signal_at.end() && now - it->second < kRankSignalWindow;
+    record("rank_signal",
+           {{"attempt", epoch}, {"rank", uint64_t{rank}}, {"signal", name}, {"notice", !repeat}});
+    if (repeat) return;
+    rank_signal_at[name] = now;
+    spdlog::warn("rank {} received {}: a notice", rank, name);
+    event::Notice n;
+    n.node = opt.node;
+    n.action = NoticeAction::kStop;
+    n.source = "signal";
+    for (char c : name) n.kind += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    n.detail = name + " received by rank " + std::to_string(rank);
+    n.deadline = d.clock.wall_now() + opt.config.grace;
+    n.preemption = true;
+    report(n);
   }
 
   hooks::CheckpointNow wire(const command::CheckpointNow& c) const {

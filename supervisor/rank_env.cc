@@ -1,8 +1,5 @@
 #include "supervisor/rank_env.h"
 
-#include <sys/un.h>
-#include <unistd.h>
-
 #include <filesystem>
 
 namespace shardguard::supervisor {
@@ -48,12 +45,10 @@ std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uin
 }
 
 std::string control_socket_path(const std::string& run_dir) {
-  std::string path = absolute_path(run_dir) + "/control.sock";
-  if (path.size() < sizeof(sockaddr_un::sun_path) - 1) return path;
-  std::error_code ec;
-  std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);  // $TMPDIR or /tmp
-  if (ec) tmp = "/tmp";
-  return (tmp / ("shardguard-" + std::to_string(::getpid()) + ".sock")).string();
+  // Always in the run directory, however long its path: the socket server and client reach
+  // a path beyond sun_path's 107 bytes through the directory's descriptor. Never a name in a
+  // shared /tmp, which another user could take first.
+  return absolute_path(run_dir) + "/control.sock";
 }
 
 }  // namespace shardguard::supervisor

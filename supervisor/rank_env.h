@@ -28,8 +28,8 @@ struct RankEnvInputs {
 std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uint32_t rank,
                                                     uint32_t local_rank);
 
-// <run_dir>/control.sock as an absolute path, or a name under /tmp when that would not fit
-// in a Unix socket address.
+// <run_dir>/control.sock as an absolute path, however long (io/ binds and connects to a
+// path beyond a socket address's 107 bytes through its directory).
 std::string control_socket_path(const std::string& run_dir);
 
 // Absolute form of `path` (relative to the current directory).

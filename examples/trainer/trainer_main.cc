@@ -7,8 +7,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <thread>
 
 #include "examples/trainer/model.h"
@@ -38,6 +40,9 @@ struct Flags {
   // A per-step all-reduce over TCP between ranks (MASTER_ADDR:MASTER_PORT): the previous
   // step's loss summed over ranks scales the learning rate, so ranks block on each other.
   bool allreduce = false;
+  // Where to write what a resume loaded (see dump_resume), so that tests can compare it byte
+  // for byte with the checkpoint it came from; empty: nothing is written.
+  std::string dump_resume_dir;
 };
 
 // The global loss of the step before, carried in checkpoints for a bit-exact resume.
@@ -105,6 +110,38 @@ Result<uint64_t> resume(hooks::Client& client, const Flags& f, Shard& shard, Dat
   return reader->global().step;
 }
 
+// Writes this rank's loaded state to <dir>/resume-a<attempt>-r<rank>.{bin,txt}: the .bin holds
+// its rows of weight, adam.exp_avg and adam.exp_avg_sq (raw f32, in that order), the .txt the
+// step, the rows and the loader and global state as loaded. The .txt is renamed into place
+// last, so a reader that sees it sees both whole. A test reads the checkpoint itself and
+// compares: this is how a resharded resume is checked exactly when the all-reduce makes the
+// final weights depend on the world size.
+Status dump_resume(const std::string& dir, const hooks::ClientOptions& o, uint64_t step,
+                   const Shard& shard, const DataLoader& loader, const std::string& manifest) {
+  const std::string base = dir + "/resume-a" + std::to_string(o.attempt) + "-r" +
+                           std::to_string(o.rank);
+  {
+    std::ofstream bin(base + ".bin", std::ios::binary | std::ios::trunc);
+    for (const auto* data : {&shard.w, &shard.m, &shard.v})
+      bin.write(reinterpret_cast<const char*>(data->data()),
+                static_cast<std::streamsize>(data->size() * sizeof(float)));
+    if (!bin.flush()) return Error::from_errno("write '" + base + ".bin'", errno);
+  }
+  char loss[64];
+  std::snprintf(loss, sizeof loss, "%a", g_prev_global_loss);
+  {
+    std::ofstream txt(base + ".txt.tmp", std::ios::trunc);
+    txt << "step=" << step << "\nworld_size=" << o.world_size << "\nrow0=" << shard.row0
+        << "\nrows=" << shard.rows << "\nin_dim=" << shard.in_dim << "\nmanifest=" << manifest
+        << "\nprev_global_loss=" << loss << "\nposition=" << loader.position_json()
+        << "\nrng=" << loader.rng_state() << "\n";
+    if (!txt.flush()) return Error::from_errno("write '" + base + ".txt.tmp'", errno);
+  }
+  if (std::rename((base + ".txt.tmp").c_str(), (base + ".txt").c_str()) != 0)
+    return Error::from_errno("rename '" + base + ".txt.tmp' -> '" + base + ".txt'", errno);
+  return {};
+}
+
 int run(const Flags& f) {
   hooks::ClientOptions defaults;
   defaults.checkpoint_dir = f.checkpoint_dir;
@@ -131,6 +168,14 @@ int run(const Flags& f) {
   }
   spdlog::info("trainer rank {}/{}: rows [{}, {}), {} at step {}", o.rank, o.world_size, row0, row1,
                *start == 0 ? "fresh start" : "resumed", *start);
+  if (!f.dump_resume_dir.empty() && *start > 0) {
+    const auto manifest = (*client)->resume_manifest();
+    if (auto st = dump_resume(f.dump_resume_dir, o, *start, shard, loader, manifest.value_or(""));
+        !st.ok()) {
+      spdlog::error("trainer rank {}: --dump-resume: {}", o.rank, st.error().message());
+      return 1;
+    }
+  }
 
   if (!f.spawn_child_pid_file.empty() && fault_applies(f, o)) {
     pid_t child = ::fork();
@@ -247,6 +292,10 @@ int main(int argc, char** argv) {
   app.add_flag("--allreduce", f.allreduce,
                "all-reduce the loss over TCP every step (MASTER_ADDR:MASTER_PORT): ranks block on "
                "each other as in data-parallel training");
+  app.add_option("--dump-resume", f.dump_resume_dir,
+                 "after a resume, write this rank's loaded rows and loader state to DIR/"
+                 "resume-a<attempt>-r<rank>.{bin,txt} (for tests comparing them with the "
+                 "checkpoint)");
   faults->add_option("--spawn-child", f.spawn_child_pid_file,
                      "start a `sleep` grandchild and write its pid to this file");
   CLI11_PARSE(app, argc, argv);

@@ -30,9 +30,7 @@ T* host_alloc(size_t n) {
 GpuShard::GpuShard(const TrainConfig& c, uint64_t row0, uint64_t rows)
     : cfg_(c), row0_(row0), rows_(rows), in_dim_(c.in_dim), elems_(rows * c.in_dim) {
   SG_CUDA_CHECK(cudaStreamCreateWithFlags(&compute_, cudaStreamNonBlocking));
-  SG_CUDA_CHECK(cudaStreamCreateWithFlags(&copy_, cudaStreamNonBlocking));
   SG_CUDA_CHECK(cudaEventCreateWithFlags(&batch_copied_, cudaEventDisableTiming));
-  SG_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
   view_.w = device_alloc<float>(elems_);
   view_.m = device_alloc<float>(elems_);
   view_.v = device_alloc<float>(elems_);
@@ -43,9 +41,6 @@ GpuShard::GpuShard(const TrainConfig& c, uint64_t row0, uint64_t rows)
   d_x_ = device_alloc<float>(c.batch * c.in_dim);
   d_y_ = device_alloc<float>(c.batch * rows_);
   d_loss_ = device_alloc<double>(1);
-  h_w_ = host_alloc<float>(elems_);
-  h_m_ = host_alloc<float>(elems_);
-  h_v_ = host_alloc<float>(elems_);
   h_x_ = host_alloc<float>(c.batch * c.in_dim);
   h_y_ = host_alloc<float>(c.batch * rows_);
   h_loss_ = host_alloc<double>(1);
@@ -60,19 +55,16 @@ GpuShard::GpuShard(const TrainConfig& c, uint64_t row0, uint64_t rows)
 GpuShard::~GpuShard() {
   // Best effort at exit: errors here cannot change the (already saved) results.
   cudaStreamSynchronize(compute_);
-  cudaStreamSynchronize(copy_);
+  release_host();
   for (void* d : {static_cast<void*>(view_.w), static_cast<void*>(view_.m),
                   static_cast<void*>(view_.v), static_cast<void*>(view_.grad),
                   static_cast<void*>(view_.row_loss), static_cast<void*>(d_x_),
                   static_cast<void*>(d_y_), static_cast<void*>(d_loss_)})
     cudaFree(d);
-  for (void* h : {static_cast<void*>(h_w_), static_cast<void*>(h_m_), static_cast<void*>(h_v_),
-                  static_cast<void*>(h_x_), static_cast<void*>(h_y_), static_cast<void*>(h_loss_)})
+  for (void* h : {static_cast<void*>(h_x_), static_cast<void*>(h_y_), static_cast<void*>(h_loss_)})
     cudaFreeHost(h);
   cudaEventDestroy(batch_copied_);
-  cudaEventDestroy(compute_done_);
   cudaStreamDestroy(compute_);
-  cudaStreamDestroy(copy_);
 }
 
 void GpuShard::train_step(const DataSet& data, const std::vector<uint64_t>& batch, uint64_t step) {
@@ -108,32 +100,37 @@ double GpuShard::global_loss(ncclComm_t comm) {
   return *h_loss_;
 }
 
-void GpuShard::snapshot() {
-  SG_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
-  SG_CUDA_CHECK(cudaStreamWaitEvent(copy_, compute_done_, 0));
+float* GpuShard::host(int which) {
+  if (h_state_[which] == nullptr) h_state_[which] = host_alloc<float>(elems_);
+  return h_state_[which];
+}
+
+void GpuShard::copy_to_host() {
   const size_t bytes = elems_ * sizeof(float);
-  if (bytes > 0) {
-    SG_CUDA_CHECK(cudaMemcpyAsync(h_w_, view_.w, bytes, cudaMemcpyDeviceToHost, copy_));
-    SG_CUDA_CHECK(cudaMemcpyAsync(h_m_, view_.m, bytes, cudaMemcpyDeviceToHost, copy_));
-    SG_CUDA_CHECK(cudaMemcpyAsync(h_v_, view_.v, bytes, cudaMemcpyDeviceToHost, copy_));
-  }
-  SG_CUDA_CHECK(cudaStreamSynchronize(copy_));
+  float* const device[3] = {view_.w, view_.m, view_.v};
+  for (int i = 0; i < 3; ++i)
+    if (bytes > 0)
+      SG_CUDA_CHECK(cudaMemcpyAsync(host(i), device[i], bytes, cudaMemcpyDeviceToHost, compute_));
+  SG_CUDA_CHECK(cudaStreamSynchronize(compute_));
 }
 
 void GpuShard::upload() {
   synchronize();
   const size_t bytes = elems_ * sizeof(float);
   if (bytes == 0) return;
-  SG_CUDA_CHECK(cudaMemcpy(view_.w, h_w_, bytes, cudaMemcpyHostToDevice));
-  SG_CUDA_CHECK(cudaMemcpy(view_.m, h_m_, bytes, cudaMemcpyHostToDevice));
-  SG_CUDA_CHECK(cudaMemcpy(view_.v, h_v_, bytes, cudaMemcpyHostToDevice));
-  // The copies ran on the default stream; the compute stream does not wait for it.
-  SG_CUDA_CHECK(cudaDeviceSynchronize());
+  float* const device[3] = {view_.w, view_.m, view_.v};
+  for (int i = 0; i < 3; ++i)
+    SG_CUDA_CHECK(cudaMemcpyAsync(device[i], host(i), bytes, cudaMemcpyHostToDevice, compute_));
+  SG_CUDA_CHECK(cudaStreamSynchronize(compute_));
 }
 
-void GpuShard::synchronize() {
-  SG_CUDA_CHECK(cudaStreamSynchronize(compute_));
-  SG_CUDA_CHECK(cudaStreamSynchronize(copy_));
+void GpuShard::release_host() {
+  for (float*& h : h_state_) {
+    if (h != nullptr) cudaFreeHost(h);
+    h = nullptr;
+  }
 }
+
+void GpuShard::synchronize() { SG_CUDA_CHECK(cudaStreamSynchronize(compute_)); }
 
 }  // namespace shardguard::example

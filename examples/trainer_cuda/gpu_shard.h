@@ -1,10 +1,12 @@
 // This rank's rows of the example model (examples/trainer/model.h) on the GPU: weights and
 // Adam moments in device memory, the batch copied in each step through pinned staging
-// buffers, and pinned host copies of the state for checkpoints and resume.
+// buffers, and pinned host copies of the state made only when needed (resume, and the
+// synchronous `--snapshot host` checkpoints).
 //
-// Streams: `compute` runs the batch copies, the training kernel, the loss sum and the NCCL
-// all-reduce; `copy` runs the checkpoint snapshot (device to host), ordered after the
-// compute stream's work by an event. Every CUDA call is checked (cuda_check.h).
+// One stream, `compute`, runs the batch copies, the training kernel, the loss sum and the
+// NCCL all-reduce. Checkpoints normally read the device state straight from the device
+// (device_w() ...) on the shardguard client's own copy stream (hooks/gpu_snapshot.h),
+// fenced against `compute`. Every CUDA call is checked (cuda_check.h).
 // Thread-safety: none (the training thread only).
 #pragma once
 
@@ -42,29 +44,37 @@ class GpuShard {
   // float64). A collective: every rank must call it at the same steps. Synchronizes.
   double global_loss(ncclComm_t comm);
 
-  // Snapshot for a checkpoint: copies weights and moments into the pinned host buffers on
-  // the copy stream, after the queued training work, and waits for the copy. The spans
-  // below are then valid until the next snapshot() or upload().
-  void snapshot();
-  std::span<const float> host_w() const { return {h_w_, elems_}; }
-  std::span<const float> host_m() const { return {h_m_, elems_}; }
-  std::span<const float> host_v() const { return {h_v_, elems_}; }
+  // The training state in device memory (elems() floats each, row-major rows x in_dim) and
+  // the stream whose kernels change it: what a GPU snapshot copies, and fences.
+  const float* device_w() const { return view_.w; }
+  const float* device_m() const { return view_.m; }
+  const float* device_v() const { return view_.v; }
+  size_t elems() const { return elems_; }
+  cudaStream_t compute_stream() const { return compute_; }
 
-  // Resume: fill these with the rows read from a checkpoint, then upload().
-  std::span<float> host_w_for_load() { return {h_w_, elems_}; }
-  std::span<float> host_m_for_load() { return {h_m_, elems_}; }
-  std::span<float> host_v_for_load() { return {h_v_, elems_}; }
+  // Page-locked host copies of the state, allocated on first use and kept until
+  // release_host(): filled by a resume before upload(), or by copy_to_host().
+  std::span<float> host_w() { return {host(0), elems_}; }
+  std::span<float> host_m() { return {host(1), elems_}; }
+  std::span<float> host_v() { return {host(2), elems_}; }
+  // Waits for the queued training work and copies the state device -> host (a synchronous
+  // snapshot: the training loop stalls for the whole copy).
+  void copy_to_host();
+  // Host -> device, then waits for the copy.
   void upload();
+  void release_host();
 
   // Waits for all queued work.
   void synchronize();
 
  private:
+  float* host(int which);
+
   TrainConfig cfg_;
   uint64_t row0_, rows_, in_dim_;
   size_t elems_;  // rows_ * in_dim_
-  cudaStream_t compute_ = nullptr, copy_ = nullptr;
-  cudaEvent_t batch_copied_ = nullptr, compute_done_ = nullptr;
+  cudaStream_t compute_ = nullptr;
+  cudaEvent_t batch_copied_ = nullptr;
   bool batch_in_flight_ = false;
   // Device.
   RowsView view_;
@@ -72,9 +82,7 @@ class GpuShard {
   float* d_y_ = nullptr;
   double* d_loss_ = nullptr;
   // Pinned host.
-  float* h_w_ = nullptr;
-  float* h_m_ = nullptr;
-  float* h_v_ = nullptr;
+  float* h_state_[3] = {nullptr, nullptr, nullptr};  // w, m, v; on demand
   float* h_x_ = nullptr;
   float* h_y_ = nullptr;
   double* h_loss_ = nullptr;

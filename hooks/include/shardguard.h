@@ -28,6 +28,12 @@
  * caller compares with the one it was built against. */
 #define SHARDGUARD_API_VERSION 1
 
+/* Exit codes of a job (shardguard's own table): after an emergency checkpoint (EX_TEMPFAIL,
+ * "requeue me"), and after reporting that the resume checkpoint failed verification
+ * (EX_IOERR; the supervisor sets that checkpoint aside and resumes from the one before). */
+#define SG_EXIT_AFTER_EMERGENCY 75
+#define SG_EXIT_RESUME_FAILED 74
+
 #if defined(SG_BUILDING_LIBRARY)
 #define SG_API __attribute__((visibility("default")))
 #else
@@ -100,14 +106,32 @@ SG_API uint64_t sg_client_last_committed_step(const sg_client* client);
 /* For hosts that catch the checkpoint signal themselves (a Python handler): acts as if the
  * client's own handler had seen it. Async-signal-safe. */
 SG_API sg_status sg_client_notify_signal(sg_client* client);
-/* Re-installs the client's handler for its checkpoint signal (after a host replaced it). */
+/* Re-installs the client's handlers for its checkpoint signal and, when it catches it,
+ * SIGTERM (after a host replaced them). */
 SG_API sg_status sg_client_restore_signal(sg_client* client);
+/* How long rank 0 waits for every rank's part of a checkpoint (SHARDGUARD_COMMIT_TIMEOUT_MS),
+ * in milliseconds. */
+SG_API uint64_t sg_client_commit_timeout_ms(const sg_client* client);
+/* For hosts that catch SIGTERM themselves: acts as if the client's own SIGTERM handler had
+ * seen it (under shardguard the client tells the supervisor, which picks the step to save).
+ * SG_ERR_UNSUPPORTED when the client does not catch SIGTERM (outside shardguard by default,
+ * or SHARDGUARD_HANDLE_SIGTERM=0). Async-signal-safe. */
+SG_API sg_status sg_client_notify_sigterm(sg_client* client);
 
 /* ---- resume ---- */
 
 /* Opens the checkpoint to resume from (SHARDGUARD_RESUME_MANIFEST, or outside shardguard
  * the newest complete one). SG_ERR_NOT_FOUND on a fresh start. */
 SG_API sg_status sg_client_open_resume(const sg_client* client, sg_reader** out);
+/* The manifest sg_client_open_resume() opens ("" on a fresh start). Valid while the client
+ * lives. */
+SG_API const char* sg_client_resume_manifest(const sg_client* client);
+/* Tells the supervisor that the resume checkpoint failed verification, with `reader`'s first
+ * checksum failure (file and offset) when it met one (reader may be NULL) and `message` (NULL:
+ * the failure's own description). Then exit with SG_EXIT_RESUME_FAILED: the supervisor sets
+ * that checkpoint aside and relaunches from the one before. */
+SG_API sg_status sg_client_report_resume_failure(sg_client* client, const sg_reader* reader,
+                                                 const char* message);
 /* Opens any committed checkpoint: a step directory or its manifest.json. */
 SG_API sg_status sg_reader_open(const char* path, sg_reader** out);
 SG_API void sg_reader_free(sg_reader* reader);
@@ -140,6 +164,17 @@ SG_API const char* sg_reader_rank_user(const sg_reader* reader, uint32_t rank);
 SG_API uint64_t sg_reader_global_step(const sg_reader* reader);
 SG_API const char* sg_reader_global_lr_schedule(const sg_reader* reader);
 SG_API const char* sg_reader_global_user(const sg_reader* reader);
+/* Format 2's state trees (the structure of a saved state, tensors as references; see the
+ * Python package's _tree.py): rank 0's global tree and rank `rank`'s own, as JSON text, "null"
+ * when none was saved. Valid while the reader lives. */
+SG_API const char* sg_reader_global_tree(const sg_reader* reader);
+SG_API const char* sg_reader_rank_tree(const sg_reader* reader, uint32_t rank);
+/* 1 when a read of this reader found a block that fails its checksum, else 0. Fills `file`
+ * (relative to the step directory; valid while the reader lives), `offset` of the bad block,
+ * and `has_offset` (0 when the file was checked whole, as format 1 files are); any may be
+ * NULL. The first failure is kept. */
+SG_API int sg_reader_checksum_failure(const sg_reader* reader, const char** file,
+                                      uint64_t* offset, int* has_offset);
 
 /* ---- save ---- */
 
@@ -163,6 +198,10 @@ SG_API sg_status sg_writer_set_rank_state(sg_writer* writer, const void* rng, si
 /* The job's state; required on rank 0, refused on other ranks. */
 SG_API sg_status sg_writer_set_global_state(sg_writer* writer, uint64_t step,
                                             const char* lr_schedule_json, const char* user_json);
+/* Format 2's state trees: this rank's own, and (rank 0 only) the global one. A JSON object;
+ * NULL removes it. Independent of the calls above: each sets only its own part. */
+SG_API sg_status sg_writer_set_rank_tree(sg_writer* writer, const char* tree_json);
+SG_API sg_status sg_writer_set_global_tree(sg_writer* writer, const char* tree_json);
 /* Abandons a writer that will not be saved. NULL is ignored. */
 SG_API void sg_writer_free(sg_writer* writer);
 
@@ -172,6 +211,49 @@ SG_API void sg_writer_free(sg_writer* writer);
 SG_API sg_status sg_client_save(sg_client* client, sg_writer* writer, const char* reason);
 /* Waits for a background save and returns its result (SG_OK when none ran). */
 SG_API sg_status sg_client_wait(sg_client* client);
+/* Sizes the staging memory of async saves for `bytes` of this rank's tensors (plus room for
+ * the file header) and populates it in the background (huge pages), so that the first save
+ * stalls no longer than later ones; returns at once (after waiting for a save in flight).
+ * An async client does this itself from the resume manifest, or from
+ * SHARDGUARD_STAGING_BYTES (tensor bytes). */
+SG_API sg_status sg_client_reserve(sg_client* client, uint64_t bytes);
+
+/* ---- GPU snapshots ----
+ * Device memory is copied into the client's staging (page-locked) by cudaMemcpyAsync on a
+ * dedicated copy stream while training goes on; the write starts once the copy is done.
+ * libcudart is loaded at run time (SHARDGUARD_CUDART, else libcudart.so.13/.12/.11.0):
+ * without it these calls fail with SG_ERR_UNSUPPORTED and everything else works.
+ *
+ *   sg_client_begin_save(c, step, &w); sg_writer_add_device_chunk(w, ..., d_ptr, n); ...
+ *   sg_client_snapshot_device(c, w, NULL, stream);     returns at once
+ *   each step: sg_client_device_fence(c, stream);      before kernels that write that memory
+ *              sg_client_device_poll(c, &started);     starts the write once copied
+ *   emergency / last step: sg_client_device_finish(c); */
+
+/* Sizes the staging for `bytes` of tensors (as sg_client_reserve) and page-locks it in the
+ * background, so that the first snapshot finds it ready. */
+SG_API sg_status sg_client_device_prepare(sg_client* client, uint64_t bytes);
+/* A tensor / the box of a tensor whose `size` bytes are device memory at `device_ptr`
+ * (CUDA): copied by sg_client_snapshot_device, so it must stay valid until then. */
+SG_API sg_status sg_writer_add_device_tensor(sg_writer* writer, const char* name, const char* dtype,
+                                             size_t ndim, const uint64_t* shape,
+                                             const void* device_ptr, size_t size);
+SG_API sg_status sg_writer_add_device_chunk(sg_writer* writer, const char* name, const char* dtype,
+                                            size_t ndim, const uint64_t* global_shape,
+                                            const uint64_t* offsets, const uint64_t* sizes,
+                                            const void* device_ptr, size_t size);
+/* Consumes `writer`: waits for the previous save, lays its file out in staging, and queues
+ * the device-to-host copies after the work queued on `cuda_stream` (a cudaStream_t; NULL:
+ * the legacy default stream). Returns at once. `reason` as in sg_client_save. */
+SG_API sg_status sg_client_snapshot_device(sg_client* client, sg_writer* writer, const char* reason,
+                                           void* cuda_stream);
+/* Makes `cuda_stream` wait for the pending snapshot's copies (SG_OK when none). */
+SG_API sg_status sg_client_device_fence(sg_client* client, void* cuda_stream);
+/* Starts the save of a snapshot whose copies are done; *started (may be NULL) = 1 if it did.
+ * An async client writes in the background; a sync one writes (and commits) here. */
+SG_API sg_status sg_client_device_poll(sg_client* client, int* started);
+/* Waits for the pending snapshot's copies and saves it (SG_OK when none). */
+SG_API sg_status sg_client_device_finish(sg_client* client);
 
 #ifdef __cplusplus
 }

@@ -31,14 +31,33 @@ def is_torch(value):
     return torch is not None and isinstance(value, torch.Tensor)
 
 
+_TORCH_NAMES = {"bool": "BOOL", "uint8": "U8", "int8": "I8", "int16": "I16",
+                "float16": "F16", "bfloat16": "BF16", "int32": "I32", "float32": "F32",
+                "float64": "F64", "int64": "I64", "complex64": "C64"}
+
+
+def torch_st_dtype(dtype):
+    """The safetensors name of a torch dtype; TypeError saying what is supported."""
+    name = str(dtype).replace("torch.", "")
+    if name not in _TORCH_NAMES:
+        raise TypeError("shardguard: torch dtype %s is not supported (supported: %s)"
+                        % (name, ", ".join(sorted(_TORCH_NAMES))))
+    return _TORCH_NAMES[name]
+
+
 def _torch_to_st(torch, dtype):
-    table = {torch.bool: "BOOL", torch.uint8: "U8", torch.int8: "I8", torch.int16: "I16",
-             torch.float16: "F16", torch.bfloat16: "BF16", torch.int32: "I32",
-             torch.float32: "F32", torch.float64: "F64", torch.int64: "I64",
-             torch.complex64: "C64"}
-    if dtype not in table:
-        raise TypeError("shardguard: torch dtype %s is not supported" % dtype)
-    return table[dtype]
+    return torch_st_dtype(dtype)
+
+
+def numpy_st_dtype(value):
+    """(safetensors name, shape, itemsize) of a numpy array or scalar, without copying."""
+    a = np.asarray(value)
+    dt = a.dtype.newbyteorder("=") if a.dtype.byteorder == ">" else a.dtype
+    name = _NUMPY_TO_ST.get(dt)
+    if name is None:
+        raise TypeError("shardguard: numpy dtype %s is not supported (supported: %s)"
+                        % (a.dtype, ", ".join(sorted(str(d) for d in _NUMPY_TO_ST))))
+    return name, tuple(a.shape), a.dtype.itemsize
 
 
 def to_bytes(value):
@@ -54,12 +73,10 @@ def to_bytes(value):
         name = _torch_to_st(torch, t.dtype)
         raw = t.view(torch.int16).numpy() if t.dtype == torch.bfloat16 else t.numpy()
         return name, tuple(t.shape), _c_order(raw)
+    name, _, _ = numpy_st_dtype(value)
     a = np.asarray(value)
     if a.dtype.byteorder == ">":
         a = a.astype(a.dtype.newbyteorder("<"))
-    name = _NUMPY_TO_ST.get(a.dtype)
-    if name is None:
-        raise TypeError("shardguard: numpy dtype %s is not supported" % a.dtype)
     return name, tuple(a.shape), _c_order(a)
 
 

@@ -1,7 +1,9 @@
 """ctypes binding of libshardguard.so (hooks/include/shardguard.h).
 
-The library is found, in order, at $SHARDGUARD_LIB (the .so file or its directory), next to
-this package, then in the build directories of a source checkout (the newest one wins).
+The library is found, in order, at $SHARDGUARD_LIB (the .so file or its directory), at the
+path written into _install_paths.py when the package was installed (`cmake --install`, the
+Debian package, or pip from an installed prefix), next to this package, then in the build
+directories of a source checkout (the newest one wins).
 Every fallible call is wrapped by check(), which raises ShardguardError with the library's
 message. Thread-safety: as the C ABI (one thread per client; readers from any thread).
 """
@@ -40,6 +42,11 @@ def _candidates():
     if env:
         yield os.path.join(env, _LIB_NAME) if os.path.isdir(env) else env
         return  # an explicit choice is never second-guessed
+    try:
+        from . import _install_paths  # written at install time; absent in a source tree
+        yield _install_paths.LIBRARY
+    except ImportError:
+        pass
     here = os.path.dirname(os.path.abspath(__file__))
     yield os.path.join(here, _LIB_NAME)
     root = os.path.normpath(os.path.join(here, "..", "..", ".."))
@@ -84,6 +91,10 @@ _PROTOTYPES = {
     "sg_client_last_committed_step": (_u64, [_vp]),
     "sg_client_notify_signal": (_int, [_vp]),
     "sg_client_restore_signal": (_int, [_vp]),
+    "sg_client_commit_timeout_ms": (_u64, [_vp]),
+    "sg_client_resume_manifest": (_cp, [_vp]),
+    "sg_client_report_resume_failure": (_int, [_vp, _vp, _cp]),
+    "sg_client_notify_sigterm": (_int, [_vp]),
     "sg_client_open_resume": (_int, [_vp, _c.POINTER(_vp)]),
     "sg_reader_open": (_int, [_cp, _c.POINTER(_vp)]),
     "sg_reader_free": (None, [_vp]),
@@ -101,19 +112,30 @@ _PROTOTYPES = {
     "sg_reader_global_step": (_u64, [_vp]),
     "sg_reader_global_lr_schedule": (_cp, [_vp]),
     "sg_reader_global_user": (_cp, [_vp]),
+    "sg_reader_global_tree": (_cp, [_vp]),
+    "sg_reader_rank_tree": (_cp, [_vp, _u32]),
+    "sg_reader_checksum_failure": (_int, [_vp, _c.POINTER(_cp), _pu64, _c.POINTER(_int)]),
     "sg_client_begin_save": (_int, [_vp, _u64, _c.POINTER(_vp)]),
     "sg_writer_add_tensor": (_int, [_vp, _cp, _cp, _size, _pu64, _vp, _size]),
     "sg_writer_add_chunk": (_int, [_vp, _cp, _cp, _size, _pu64, _pu64, _pu64, _vp, _size]),
     "sg_writer_set_rank_state": (_int, [_vp, _vp, _size, _cp, _cp]),
     "sg_writer_set_global_state": (_int, [_vp, _u64, _cp, _cp]),
+    "sg_writer_set_rank_tree": (_int, [_vp, _cp]),
+    "sg_writer_set_global_tree": (_int, [_vp, _cp]),
     "sg_writer_free": (None, [_vp]),
     "sg_client_save": (_int, [_vp, _vp, _cp]),
     "sg_client_wait": (_int, [_vp]),
+    "sg_client_reserve": (_int, [_vp, _u64]),
 }
 
 
 def _bind():
     lib = _load()
+    missing = [name for name in _PROTOTYPES if not hasattr(lib, name)]
+    if missing:
+        raise LibraryNotFound("shardguard: %s is older than this package: it lacks %s. Use the "
+                              "libshardguard.so built from the same sources"
+                              % (lib._name, ", ".join(missing)))
     for name, (restype, argtypes) in _PROTOTYPES.items():
         fn = getattr(lib, name)
         fn.restype = restype

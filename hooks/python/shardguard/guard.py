@@ -10,8 +10,10 @@
 
 The Python handler only sets flags; Checkpointer.should_checkpoint() forwards a caught
 signal to the client, which turns it into an emergency checkpoint of the step at hand (or
-of the step the agent asked for). On exit the previous handlers come back (the client's own
-C handler included). Thread-safety: enter and exit on the main thread (Python's rule for
+of the step the agent asked for). Under shardguard a caught SIGTERM goes to the supervisor
+instead (Slurm sends it to every process of the job), which names the step every rank
+saves, as when the client catches it itself. On exit the previous handlers come back (the
+client's own C handlers included). Thread-safety: enter and exit on the main thread (Python's rule for
 signal handlers); `triggered` may be read anywhere.
 """
 
@@ -42,11 +44,13 @@ class PreemptionGuard:
         self.triggered = False   # a signal arrived (stays set)
         self.signum = None       # the last one
         self._pending = False    # not yet forwarded to a client
+        self._caught = set()     # the signals behind _pending
         self._previous = {}
 
     def _handler(self, signum, frame):
         self.triggered = True
         self.signum = signum
+        self._caught.add(signum)
         self._pending = True
 
     def _install(self):
@@ -77,6 +81,7 @@ class PreemptionGuard:
         self.triggered = False
         self.signum = None
         self._pending = False
+        self._caught.clear()
 
 
 def reinstall_active():
@@ -87,10 +92,12 @@ def reinstall_active():
 
 
 def take_pending():
-    """True (once per signal) when an active guard caught a signal not yet forwarded."""
-    pending = False
+    """The signals (a set, empty when none) that active guards caught and did not forward
+    yet; each is returned once."""
+    pending = set()
     for guard in _active:
         if guard._pending:
             guard._pending = False
-            pending = True
+            pending.update(guard._caught)
+            guard._caught.clear()
     return pending

@@ -86,6 +86,28 @@ class Reader:
         user = json.loads(text(lib.sg_reader_rank_user(self._h, rank)))
         return rng, position, user
 
+    def global_tree(self):
+        """The state tree rank 0 saved (JSON decoded, see _tree.py), or None (a checkpoint
+        written without one: by another client, or an older shardguard)."""
+        return json.loads(text(lib.sg_reader_global_tree(self._h)))
+
+    def rank_tree(self, rank):
+        """Rank `rank`'s own state tree, or None."""
+        return json.loads(text(lib.sg_reader_rank_tree(self._h, rank)))
+
+    def checksum_failure(self):
+        """(file relative to the step directory, offset of the bad block or None) of the
+        first block a read found corrupt, or None."""
+        path, offset, has = ctypes.c_char_p(), ctypes.c_uint64(), ctypes.c_int()
+        if not lib.sg_reader_checksum_failure(self._h, ctypes.byref(path), ctypes.byref(offset),
+                                              ctypes.byref(has)):
+            return None
+        return text(path.value), (offset.value if has.value else None)
+
+    @property
+    def handle(self):
+        return self._h
+
     def global_state(self):
         """{"step", "lr_schedule", "user"} set by rank 0; JSON decoded."""
         return {"step": lib.sg_reader_global_step(self._h),

@@ -1,0 +1,135 @@
+#include "cli/ckpt_export_command.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/catalog.h"
+#include "checkpoint/hf_export.h"
+#include "checkpoint/paths.h"
+#include "checkpoint/reader.h"
+#include "core/exit_codes.h"
+#include "core/rooted_fs.h"
+#include "core/units.h"
+
+namespace shardguard::cli {
+namespace {
+
+using namespace shardguard::checkpoint;
+
+struct ExportArgs {
+  std::string dir, out, prefix = "model", max_size = "5GB", dtype = "keep";
+  std::optional<uint64_t> step;
+  std::vector<std::string> include, exclude, rename;
+};
+
+int fail(const Error& e, int code) {
+  std::fprintf(stderr, "shardguard: %s\n", e.message().c_str());
+  return code;
+}
+
+// The step to export: --step N, or the newest complete one; an incomplete or corrupt step
+// (or a quarantined one, which the catalog never lists) is an error saying why.
+Result<CheckpointReader> open_step(Filesystem& fs, const std::string& dir,
+                                   std::optional<uint64_t> step) {
+  CatalogEntry entry;
+  if (step) {
+    const std::string step_dir = join_path(dir, step_dir_name(*step));
+    SG_ASSIGN_OR_RETURN(bool exists, fs.exists(step_dir));
+    if (!exists)
+      return Error(ErrorCode::kNotFound,
+                   "no checkpoint for step " + std::to_string(*step) + " in '" + dir + "'");
+    entry = inspect_checkpoint(fs, step_dir, *step, Verify::kSize);
+  } else {
+    SG_ASSIGN_OR_RETURN(entry, latest_complete(fs, dir, Verify::kSize));
+  }
+  if (entry.state != CheckpointState::kComplete)
+    return Error(ErrorCode::kCorrupt, "step " + std::to_string(entry.step) + " is " +
+                                          std::string(checkpoint_state_name(entry.state)) + ": " +
+                                          entry.reason);
+  return CheckpointReader::open(fs, entry.dir);
+}
+
+// Flags -> options; kInvalid names the flag.
+Result<ExportOptions> options_of(const ExportArgs& a) {
+  ExportOptions o;
+  o.out_dir = a.out;
+  o.prefix = a.prefix;
+  auto limit = parse_size(a.max_size);
+  if (!limit.ok()) return std::move(limit).error().context("--max-shard-size");
+  o.max_shard_size = *limit;
+  o.include = a.include;
+  o.exclude = a.exclude;
+  for (const auto& r : a.rename) {
+    auto rule = parse_rename_prefix(r);
+    if (!rule.ok()) return std::move(rule).error().context("--rename-prefix");
+    o.rename_prefixes.push_back(*rule);
+  }
+  if (a.dtype == "bf16") {
+    o.cast_to = DType::kBF16;
+  } else if (a.dtype != "keep") {
+    return Error(ErrorCode::kInvalid, "--dtype '" + a.dtype + "': use bf16 or keep");
+  }
+  return o;
+}
+
+// Works below `dir` only, never following a link planted there (core/rooted_fs.h).
+std::unique_ptr<RootedFilesystem> rooted(const std::string& dir) {
+  RootOptions root;
+  root.path = dir;
+  return RootedFilesystem::single(std::move(root));
+}
+
+int run_export(const ExportArgs& a) {
+  auto options = options_of(a);
+  if (!options.ok()) return fail(options.error(), kExitUsage);
+  // Two roots: the checkpoint is read below its directory, the export written below --out
+  // (created if missing); neither follows a link planted inside it.
+  auto source = rooted(a.dir);
+  auto reader = open_step(*source, a.dir, a.step);
+  if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
+  auto target = rooted(a.out);
+  auto written = export_hf(*target, *reader, *options);
+  if (!written.ok()) {
+    // Bad bytes found while copying (a shard header that does not parse, a failed block)
+    // mean the checkpoint is corrupt (3); a bad option is usage (2); anything else is the
+    // export failing (1).
+    const ErrorCode code = written.error().code();
+    return fail(written.error(), code == ErrorCode::kInvalid   ? kExitUsage
+                                 : code == ErrorCode::kCorrupt ? kExitCheckpointBad
+                                                               : kExitFailure);
+  }
+  for (const auto& p : *written) std::printf("%s\n", p.c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+void add_ckpt_export_command(CLI::App& ckpt, int* exit_code) {
+  auto a = std::make_shared<ExportArgs>();
+  auto* exp = ckpt.add_subcommand(
+      "export", "Write a Hugging Face safetensors layout (what from_pretrained loads)");
+  exp->add_option("DIR", a->dir, "checkpoint directory")->required();
+  exp->add_option("--step", a->step, "step (default: newest complete)");
+  exp->add_option("--out", a->out, "output directory")->required();
+  exp->add_option("--prefix", a->prefix, "file name prefix")->capture_default_str();
+  exp->add_option("--max-shard-size", a->max_size, "largest file, e.g. 5GB, 2GiB")
+      ->capture_default_str();
+  exp->add_option("--include", a->include,
+                  "export only tensors matching this glob (repeatable; e.g. 'model.*')");
+  exp->add_option("--exclude", a->exclude, "leave out tensors matching this glob (repeatable)");
+  exp->add_option("--rename-prefix", a->rename,
+                  "FROM=TO: replace a leading FROM in tensor names (repeatable; 'model.=' "
+                  "strips 'model.')");
+  exp->add_option("--dtype", a->dtype,
+                  "bf16: store F16/F32/F64 tensors as BF16 (round to nearest even, as "
+                  "torch's .to(torch.bfloat16)); keep: unchanged")
+      ->capture_default_str();
+  exp->callback([=] { *exit_code = run_export(*a); });
+}
+
+}  // namespace shardguard::cli
