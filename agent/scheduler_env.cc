@@ -101,6 +101,10 @@ Result<std::optional<Placement>> resolve_placement(const EnvMap& env, const Plac
     return std::optional<Placement>();
   Resolver r(env, kind);
   r.node_count(flags);
+  // A scheduler's job of one node (sbatch -N1, srun of one task) is a single-node run, as
+  // with torchrun --standalone: no coordinator, no secret. Flags or SHARDGUARD_* ask for
+  // the multi-node path explicitly.
+  if (!flags.any() && !asked_by_env && r.one_node()) return std::optional<Placement>();
   r.node_rank(flags);  // after the count: a JobSet rank needs it
   r.endpoint(flags, slurm_hostnames);
   r.secret(flags);

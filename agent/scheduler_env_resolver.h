@@ -39,6 +39,8 @@ class Resolver {
   void secret(const PlacementFlags& flags);
   void hints();  // job id hint, scheduler restart count
   void check_rank_in_range();
+  // True once node_count() found exactly one node (a Slurm allocation of one node).
+  bool one_node() const { return nnodes_ && nnodes_->min == 1 && nnodes_->max == 1; }
 
   // The placement, or one kInvalid naming every problem recorded, after the context
   // ("Kubernetes Indexed Job pod (JOB_COMPLETION_INDEX=1)").

@@ -212,6 +212,24 @@ TEST_CASE("scheduler env: by hand, and nothing at all", "[scheduler_env]") {
     REQUIRE(r.ok());
     CHECK_FALSE(r->has_value());
   }
+  SECTION("a Slurm job of one node is a single-node run: no secret, no coordinator") {
+    // What sbatch -N1 + srun gives the shipped script (no SHARDGUARD_SECRET_FILE).
+    const EnvMap env = GENERATE(
+        EnvMap{{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "1"}, {"SLURM_NODEID", "0"}},
+        EnvMap{{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "4"}, {"SLURM_STEP_NUM_NODES", "1"}});
+    auto r = resolve_placement(env, {}, nullptr);
+    INFO((r.ok() ? std::string("ok") : r.error().message()));
+    REQUIRE(r.ok());
+    CHECK_FALSE(r->has_value());
+  }
+  SECTION("one Slurm node with --nnodes or SHARDGUARD_NNODES is still asked for explicitly") {
+    PlacementFlags f;
+    f.nnodes = NodeCount{1, 1};
+    FakeScontrol scontrol;
+    auto r = resolve_placement({{"SLURM_JOB_ID", "7"}, {"SLURM_NNODES", "1"}}, f, scontrol.fn());
+    REQUIRE_FALSE(r.ok());  // the multi-node path: its secret is missing, and named
+    CHECK(r.error().message().find("secret file") != std::string::npos);
+  }
 }
 
 TEST_CASE("scheduler env: what is missing is named, all at once", "[scheduler_env]") {
