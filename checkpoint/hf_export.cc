@@ -189,8 +189,7 @@ Status cast_to_bf16(DType from, std::span<const std::byte> in, std::span<std::by
   return {};
 }
 
-Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReader& reader,
-                                           const ExportOptions& options) {
+Status check_export_options(const ExportOptions& options) {
   if (options.prefix.empty() || options.prefix.find('/') != std::string::npos)
     return Error(ErrorCode::kInvalid,
                  "export prefix '" + options.prefix + "' must be a plain file name part");
@@ -199,6 +198,12 @@ Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReade
   if (options.cast_to && *options.cast_to != DType::kBF16)
     return Error(ErrorCode::kInvalid,
                  "export can cast to BF16 only, not " + std::string(dtype_name(*options.cast_to)));
+  return {};
+}
+
+Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReader& reader,
+                                           const ExportOptions& options) {
+  SG_RETURN_IF_ERROR(check_export_options(options));
   SG_ASSIGN_OR_RETURN(auto selected, plan_export(reader.tensor_names(), options));
   std::vector<Group> groups;
   uint64_t total = 0;

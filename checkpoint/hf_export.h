@@ -49,6 +49,10 @@ struct ExportName {
   bool operator==(const ExportName&) const = default;
 };
 
+// kInvalid when the options alone are wrong (prefix not a plain name part, zero max shard
+// size, a cast other than to BF16): a usage error, found before anything is read or written.
+Status check_export_options(const ExportOptions& options);
+
 // The tensors `options` selects from `names`, renamed, in target-name order. kInvalid when
 // nothing is selected (naming the globs), when two tensors get the same name, or a name
 // becomes empty.
@@ -63,7 +67,8 @@ Result<std::pair<std::string, std::string>> parse_rename_prefix(std::string_view
 // or a size mismatch.
 Status cast_to_bf16(DType from, std::span<const std::byte> in, std::span<std::byte> out);
 
-// Returns the paths written, index last.
+// Returns the paths written, index last. Fails with check_export_options' and plan_export's
+// kInvalid first; after that, kCorrupt is a bad checkpoint and anything else the output.
 Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReader& reader,
                                            const ExportOptions& options);
 

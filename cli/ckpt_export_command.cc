@@ -87,21 +87,24 @@ std::unique_ptr<RootedFilesystem> rooted(const std::string& dir) {
 int run_export(const ExportArgs& a) {
   auto options = options_of(a);
   if (!options.ok()) return fail(options.error(), kExitUsage);
+  if (auto st = check_export_options(*options); !st.ok()) return fail(st.error(), kExitUsage);
   // Two roots: the checkpoint is read below its directory, the export written below --out
   // (created if missing); neither follows a link planted inside it.
   auto source = rooted(a.dir);
   auto reader = open_step(*source, a.dir, a.step);
   if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
+  // What the flags select from this checkpoint: nothing, or a name clash, is a usage error.
+  if (auto plan = plan_export(reader->tensor_names(), *options); !plan.ok())
+    return fail(plan.error(), kExitUsage);
   auto target = rooted(a.out);
   auto written = export_hf(*target, *reader, *options);
   if (!written.ok()) {
     // Bad bytes found while copying (a shard header that does not parse, a failed block)
-    // mean the checkpoint is corrupt (3); a bad option is usage (2); anything else is the
-    // export failing (1).
-    const ErrorCode code = written.error().code();
-    return fail(written.error(), code == ErrorCode::kInvalid   ? kExitUsage
-                                 : code == ErrorCode::kCorrupt ? kExitCheckpointBad
-                                                               : kExitFailure);
+    // mean the checkpoint is corrupt (3); anything else is the export failing (1): a link
+    // planted in --out, a full disk.
+    return fail(written.error(), written.error().code() == ErrorCode::kCorrupt
+                                     ? kExitCheckpointBad
+                                     : kExitFailure);
   }
   for (const auto& p : *written) std::printf("%s\n", p.c_str());
   return kExitOk;
