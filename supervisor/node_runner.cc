@@ -17,6 +17,7 @@
 #include "io/process_record.h"
 #include "supervisor/hang_report.h"
 #include "supervisor/rank_env.h"
+#include "supervisor/rank_log_tail.h"
 
 namespace shardguard::supervisor {
 namespace {
@@ -65,6 +66,7 @@ struct NodeRunner::Impl {
   uint32_t world = 0;
   std::set<uint32_t> running;  // global ranks not yet exited
   std::set<uint32_t> hello;
+  std::set<uint32_t> beating;  // ranks that sent a heartbeat in this epoch
   bool tearing_down = false;
   bool killing = false;
   int hang_reports_pending = 0;
@@ -114,6 +116,7 @@ struct NodeRunner::Impl {
       if (request && request->epoch == epoch) send_request_to(r.rank);
     };
     e.on_heartbeat = [this](const hooks::RankStatus& r) {
+      beating.insert(r.rank);
       report(event::Heartbeats{epoch, {{r.rank, r.step}}, std::nullopt});
     };
     e.on_checkpoint_begin = [this](uint32_t rank, uint64_t step) {
@@ -231,6 +234,7 @@ struct NodeRunner::Impl {
     world = l.world_size;
     running.clear();
     hello.clear();
+    beating.clear();
     tearing_down = killing = false;
     request.reset();
     const std::string dir = attempt_dir(opt.run_dir, epoch);
@@ -252,7 +256,7 @@ struct NodeRunner::Impl {
       r.local_rank = local;
       r.spec.argv = opt.config.command;
       r.spec.env = rank_environment(in, r.rank, local);
-      r.spec.stdout_path = r.spec.stderr_path = join_path(dir, "rank-" + std::to_string(r.rank) + ".log");
+      r.spec.stdout_path = r.spec.stderr_path = rank_log_path(opt.run_dir, epoch, r.rank);
       ranks.push_back(std::move(r));
       running.insert(slot.first_rank + local);
     }
@@ -266,12 +270,28 @@ struct NodeRunner::Impl {
       report(event::LaunchFailed{e, opt.node, st.error().message(), transient_errno(st.error().sys_errno())});
       return;
     }
+    spdlog::info("attempt {}: rank logs in {}/rank-*.log", e, dir);
     report(event::NodeLaunched{e, opt.node});
+  }
+
+  // A rank that failed before its first heartbeat usually says why in its log (a Python
+  // traceback, a missing library): its last lines go to the console, bounded.
+  void show_early_failure(uint32_t rank, const io::ExitStatus& s) {
+    const std::string path = rank_log_path(opt.run_dir, epoch, rank);
+    auto tail = rank_log_tail(d.fs, path);
+    if (!tail.ok()) {
+      spdlog::error("rank {} ({}) failed before its first heartbeat; its log: {}", rank,
+                    s.describe(), tail.error().message());
+      return;
+    }
+    spdlog::error("{}", format_rank_log_tail(rank, s.describe(), path, *tail));
   }
 
   void on_exit(Epoch e, uint32_t rank, io::ExitStatus s) {
     if (!active || e != epoch) return;
     running.erase(rank);
+    const bool failed = s.signaled || s.code != 0;
+    if (failed && !tearing_down && !beating.contains(rank)) show_early_failure(rank, s);
     report(event::RankExited{e, rank, s.signaled, s.code, s.signal, tearing_down, s.describe()});
     if (tearing_down && running.empty()) kill_now();
   }

@@ -237,3 +237,23 @@ TEST_CASE("A fatal XID in the kernel log stops the job with a checkpoint and exi
   CHECK(field(events_named(d, "attempt_end").back(), "class") == "infrastructure");
   CHECK_THAT(run_command(shardguard_bin() + " ckpt ls " + d.ckpt()).out, Catch::Contains("emergency"));
 }
+
+TEST_CASE("A rank that fails before its first heartbeat: its log's last lines on the console",
+          "[run][integration]") {
+  RunDirs d;
+  write_config(d, "[restart.crash]\nmax_restarts = 0\nwindow = \"1h\"\n");
+  // What a Python rank does on a bad import: a traceback on stderr, exit 1, no heartbeat.
+  std::vector<std::string> argv = {shardguard_bin(), "run", "--config", d.config(), "--nproc", "1",
+                                   "--", "/bin/sh", "-c",
+                                   "echo 'Traceback (most recent call last):' >&2; "
+                                   "echo \"ModuleNotFoundError: No module named 'tourch'\" >&2; "
+                                   "exit 1"};
+  Background run(argv, d.log());
+  auto code = run.wait(60s);
+  const std::string log = run_log(d);
+  INFO(log);
+  REQUIRE(code == 76);
+  CHECK_THAT(log, Catch::Contains("rank logs in " + d.run() + "/attempt-000/rank-*.log"));
+  CHECK_THAT(log, Catch::Contains("rank 0 (exited with code 1) failed before its first heartbeat"));
+  CHECK_THAT(log, Catch::Contains("  | ModuleNotFoundError: No module named 'tourch'"));
+}
