@@ -82,6 +82,11 @@ RestartPolicy::Stall RestartPolicy::track_progress(ExitClass c, std::optional<ui
     streak_active_ = true;
     streak_step_ = resume_step;
     streak_failures_ = 1;
+    // Earlier runs' failures from this step continue the count (once: the streak holds it).
+    if (auto it = prior_failures_.find(resume_step); it != prior_failures_.end()) {
+      streak_failures_ += it->second;
+      prior_failures_.erase(it);
+    }
   }
   if (options_.no_progress_limit == 0 || streak_failures_ < options_.no_progress_limit) return {};
   return on_stalled(resume_step);
@@ -110,6 +115,12 @@ RestartPolicy::Stall RestartPolicy::on_stalled(std::optional<uint64_t> resume_st
           stuck +
               "; retrying once from the previous checkpoint (poison checkpoint or poison "
               "data?)"};
+}
+
+void RestartPolicy::seed(std::map<std::optional<uint64_t>, uint32_t> failed_resumes,
+                         std::set<uint64_t> fallback_tried) {
+  prior_failures_ = std::move(failed_resumes);
+  fallback_tried_.insert(fallback_tried.begin(), fallback_tried.end());
 }
 
 uint32_t RestartPolicy::restarts_in_window(ExitClass c, SteadyTime now) const {

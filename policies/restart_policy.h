@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <optional>
 #include <set>
 #include <vector>
@@ -51,6 +52,13 @@ class RestartPolicy {
   RestartDecision on_exit(ExitClass c, SteadyTime now, std::optional<uint64_t> resume_step,
                           std::optional<uint64_t> committed_step);
 
+  // Carries the loop breaker over from earlier runs on the checkpoint directory
+  // (checkpoint/dir_history.h): attempts from each resume step that failed without progress
+  // (a streak that starts at such a step starts from that count), and steps whose previous
+  // checkpoint was already tried once. Call before the first on_exit.
+  void seed(std::map<std::optional<uint64_t>, uint32_t> failed_resumes,
+            std::set<uint64_t> fallback_tried);
+
   // Restarts granted for class `c` within its window ending at `now`.
   uint32_t restarts_in_window(ExitClass c, SteadyTime now) const;
   // The times restarts of class `c` were granted (oldest first), to be carried over to a
@@ -83,6 +91,7 @@ class RestartPolicy {
   // Set while the attempt on the checkpoint before `*fallback_for_` is pending or running.
   std::optional<uint64_t> fallback_for_;
   std::set<uint64_t> fallback_tried_;  // steps already skipped once
+  std::map<std::optional<uint64_t>, uint32_t> prior_failures_;  // from earlier runs (seed)
 };
 
 }  // namespace shardguard::policies

@@ -297,12 +297,20 @@ void AttemptMachine::Impl::attempt_ended(Now now) {
   const uint64_t lost = cls == policies::ExitClass::kSuccess || a.max_step <= base ? 0 : a.max_step - base;
   lost_steps += lost;
   last_attempt_lost = lost;
-  record("attempt_end", {{"attempt", a.epoch},
-                         {"class", std::string(policies::exit_class_name(cls))},
-                         {"detail", detail},
-                         {"seconds", to_seconds(now.steady - a.start)},
-                         {"max_step", a.max_step},
-                         {"lost_steps", lost}});
+  EventFields end{{"attempt", a.epoch},
+                  {"class", std::string(policies::exit_class_name(cls))},
+                  {"detail", detail},
+                  {"seconds", to_seconds(now.steady - a.start)},
+                  {"max_step", a.max_step},
+                  {"lost_steps", lost},
+                  // For the loop breaker's count in the checkpoint directory: only crashes
+                  // and hangs point at the checkpoint (policies::RestartPolicy).
+                  {"by_notice", emergency.has_value() || (cls != policies::ExitClass::kCrash &&
+                                                          cls != policies::ExitClass::kHang &&
+                                                          cls != policies::ExitClass::kNoProgress)}};
+  if (a.resume_step) end.push_back({"resume_step", *a.resume_step});
+  if (a.committed) end.push_back({"committed_step", *a.committed});
+  record("attempt_end", std::move(end));
 
   if (a.launch_error) {
     return finish(now, command::FinalState::kFailed, kExitFailure,
@@ -338,7 +346,10 @@ void AttemptMachine::Impl::relaunch_after(Now now, policies::ExitClass cls, cons
     return finish(now, command::FinalState::kFailed, kExitGaveUp, decision.reason);
   }
   restarts[name]++;
-  if (decision.use_previous_checkpoint && a.resume_step) skip_steps.push_back(*a.resume_step);
+  if (decision.use_previous_checkpoint && a.resume_step) {
+    skip_steps.push_back(*a.resume_step);
+    record("fallback_checkpoint", {{"attempt", a.epoch}, {"step", *a.resume_step}});
+  }
   if (cls != policies::ExitClass::kPreempted && cls != policies::ExitClass::kResize)
     failure_rate.record_failure(now.steady);
   if (now.steady - a.start >= cfg.healthy_after) backoff.reset();
@@ -373,6 +384,11 @@ void AttemptMachine::Impl::finish(Now, command::FinalState state, int code,
 AttemptMachine::AttemptMachine(MachineConfig config, std::function<double()> uniform01)
     : impl_(std::make_unique<Impl>(std::move(config), std::move(uniform01))) {}
 AttemptMachine::~AttemptMachine() = default;
+
+void AttemptMachine::seed_loop_breaker(std::map<std::optional<uint64_t>, uint32_t> failed_resumes,
+                                       std::set<uint64_t> fallback_tried) {
+  impl_->policy.seed(std::move(failed_resumes), std::move(fallback_tried));
+}
 
 Commands AttemptMachine::start(Now now, Epoch first_epoch) {
   Impl& m = *impl_;

@@ -13,8 +13,10 @@
 // Thread-safety: none; one machine belongs to one loop.
 #pragma once
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "policies/backoff.h"
@@ -116,6 +118,12 @@ class AttemptMachine {
   // Begins the job; epochs start at `first_epoch` (they keep growing across runs on one
   // checkpoint directory so fencing can tell a zombie of an earlier run). Nodes join by events.
   Commands start(Now now, Epoch first_epoch);
+  // Before start(): the no-progress loop breaker's counts from earlier runs on the checkpoint
+  // directory (policies::RestartPolicy::seed), so requeues and new runs continue them. The
+  // machine reports what to add to them in its "attempt_end" records (resume_step,
+  // committed_step, by_notice) and in "fallback_checkpoint" records (step).
+  void seed_loop_breaker(std::map<std::optional<uint64_t>, uint32_t> failed_resumes,
+                         std::set<uint64_t> fallback_tried);
   // Feeds one event; returns what to do, in order.
   Commands handle(Now now, const Event& event);
   // Instead of start(): a restarted or successor coordinator takes over from the record its

@@ -32,6 +32,14 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
 
   std::weak_ptr<Impl> weak() { return weak_from_this(); }
 
+  // A few hundred bytes, written atomically; only between attempts or at the end.
+  void store_history() {
+    if (auto st = checkpoint::store_dir_history(d.fs, cfg.checkpoint_dir, history,
+                                                d.clock.wall_now());
+        !st.ok())
+      spdlog::warn("history: {}", st.error().message());
+  }
+
   void arm_renewal() {
     renew_timer->arm(checkpoint::kLeaseRenewInterval, [this] {
       auto self = weak();
@@ -196,9 +204,22 @@ void DirectoryKeeper::on_save_failed(uint64_t step) {
   if (impl_->tracker) impl_->apply(impl_->tracker->on_save_failed(step));
 }
 
-void DirectoryKeeper::on_attempt_ended() {
-  if (impl_->tracker) impl_->apply(impl_->tracker->on_attempt_ended());
+void DirectoryKeeper::on_attempt_ended(const checkpoint::AttemptEnd& end) {
+  Impl& m = *impl_;
+  if (m.tracker) m.apply(m.tracker->on_attempt_ended());
+  if (!m.history_ok) return;
+  m.history = checkpoint::on_attempt_end(m.history, end);
+  m.store_history();
 }
+
+void DirectoryKeeper::on_fallback_tried(uint64_t step) {
+  Impl& m = *impl_;
+  if (!m.history_ok) return;
+  m.history = checkpoint::on_fallback_tried(m.history, step);
+  m.store_history();
+}
+
+const checkpoint::DirHistory& DirectoryKeeper::history() const { return impl_->history; }
 
 void DirectoryKeeper::quarantine(uint64_t step, const std::string& reason,
                                  std::function<void(Result<std::string>)> done) {
@@ -241,10 +262,7 @@ void DirectoryKeeper::close(bool preempted, bool committed) {
   m.renew_timer->cancel();
   if (m.history_ok) {
     m.history = checkpoint::on_run_end(m.history, preempted, committed);
-    if (auto st = checkpoint::store_dir_history(m.d.fs, m.cfg.checkpoint_dir, m.history,
-                                                m.d.clock.wall_now());
-        !st.ok())
-      spdlog::warn("history: {}", st.error().message());
+    m.store_history();
   }
   std::lock_guard l(m.lease_mu);
   if (m.lease) (void)m.lease->release();

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 
+#include "checkpoint/dir_history.h"
 #include "core/result.h"
 #include "io/deps.h"
 #include "supervisor/job_config.h"
@@ -37,7 +38,13 @@ class DirectoryKeeper {
   void on_save_started(uint64_t step);
   void on_committed(uint64_t step, uint64_t bytes);
   void on_save_failed(uint64_t step);
-  void on_attempt_ended();
+  // An attempt ended: retention's bookkeeping, and the loop breaker's count in the history
+  // (stored at once, so a requeue continues it).
+  void on_attempt_ended(const checkpoint::AttemptEnd& end);
+  // The loop breaker skipped `step` once for the checkpoint before it (stored at once).
+  void on_fallback_tried(uint64_t step);
+  // The history read by open() (empty before it, or when it could not be read).
+  const checkpoint::DirHistory& history() const;
   // Sets the checkpoint of `step` aside (quarantine/ with the reason); `done` gets its new
   // path or the error, on the loop thread.
   void quarantine(uint64_t step, const std::string& reason,

@@ -23,6 +23,24 @@
 namespace shardguard::supervisor {
 namespace {
 
+std::optional<uint64_t> u64_field(const EventFields& fields, std::string_view key) {
+  for (const auto& f : fields)
+    if (f.key == key)
+      if (const auto* v = std::get_if<uint64_t>(&f.value)) return *v;
+  return std::nullopt;
+}
+
+// The machine's "attempt_end" record, as the loop breaker's history counts it.
+checkpoint::AttemptEnd attempt_end_of(const EventFields& fields) {
+  checkpoint::AttemptEnd end;
+  end.resume_step = u64_field(fields, "resume_step");
+  end.committed_step = u64_field(fields, "committed_step");
+  for (const auto& f : fields)
+    if (f.key == "by_notice")
+      if (const auto* v = std::get_if<bool>(&f.value)) end.ended_by_notice = *v;
+  return end;
+}
+
 template <typename... Ts>
 struct Overload : Ts... {
   using Ts::operator()...;
@@ -201,7 +219,9 @@ struct Supervisor::Impl {
               [&](const command::CancelTimer& x) { timers[static_cast<size_t>(x.id)]->cancel(); },
               [&](const command::Record& r) {
                 record(r.type, r.fields);
-                if (r.type == "attempt_end") keeper->on_attempt_ended();
+                if (r.type == "attempt_end") keeper->on_attempt_ended(attempt_end_of(r.fields));
+                if (r.type == "fallback_checkpoint")
+                  if (auto step = u64_field(r.fields, "step")) keeper->on_fallback_tried(*step);
               },
               [&](const command::Hook& h) {
                 auto fields = h.fields;
@@ -390,6 +410,9 @@ Status Supervisor::start() {
   m.record("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
                            {"checkpoint_dir", m.cfg.checkpoint_dir}, {"first_attempt", first}});
   m.feeding = true;  // the start's commands run before the first event
+  // The loop breaker continues the counts of earlier runs on this directory.
+  m.machine.seed_loop_breaker(m.keeper->history().failed_resumes,
+                              m.keeper->history().fallback_tried);
   if (m.opt.adopt) {
     const CoordinatorState& state = *m.opt.adopt;
     spdlog::warn("taking over job '{}' at attempt {} from the coordinator's record", m.cfg.job_id,

@@ -101,3 +101,41 @@ TEST_CASE("runs that keep ending preempted without a commit stop being requeueab
   CHECK_THAT(slurp(d.log()), Catch::Contains("requeueing will not help"));
   CHECK(events_named(d, "launch").size() == 2);
 }
+
+TEST_CASE("The no-progress loop breaker's count survives a requeue (checkpoint directory)",
+          "[run][integration]") {
+  RunDirs d;
+  // Two crash restarts per run: each run ends (exit 76) before the third failure from the
+  // same checkpoint, so only a count kept in the checkpoint directory reaches the limit (3).
+  write_config(d, "[restart.crash]\nmax_restarts = 1\nwindow = \"1h\"\n");
+  const std::vector<std::string> clean = {"--steps", "120", "--rows", "64", "--log-every", "0",
+                                          "--checkpoint-every", "50"};
+  {
+    Background run(run_argv(d, 1, clean), d.log());
+    REQUIRE(run.wait(60s) == 0);  // checkpoints 50, 100 and the final one at 120
+  }
+  // Every attempt crashes 5 steps after its resume: from 120, never a newer checkpoint.
+  const std::vector<std::string> poisoned = {"--steps", "300", "--rows", "64", "--log-every",
+                                             "0", "--checkpoint-every", "50", "--fail-after",
+                                             "5", "--fail-code", "3", "--fault-attempt", "-1"};
+  {
+    Background run(run_argv(d, 1, poisoned), d.log());
+    REQUIRE(run.wait(60s) == 76);  // two failures from step 120, then the crash budget
+  }
+  INFO(slurp(d.log()));
+  CHECK(events_named(d, "fallback_checkpoint").empty());
+  const std::string history = slurp(d.ckpt() + "/.shardguard/history.json");
+  INFO(history);
+  CHECK_FALSE(history.empty());
+  {
+    Background run(run_argv(d, 1, poisoned), d.log());
+    REQUIRE(run.wait(60s) == 76);
+  }
+  // The requeued run's first failure from step 120 is the third: it falls back to step 100.
+  auto fallback = events_named(d, "fallback_checkpoint");
+  REQUIRE(fallback.size() == 1);
+  CHECK(field(fallback[0], "step") == "120");
+  auto launches = events_named(d, "launch");
+  REQUIRE(launches.size() == 5);  // 1 + 2 + 2
+  CHECK(field(launches.back(), "resume_step") == "100");
+}
