@@ -5,7 +5,7 @@
 // a user's scancel into a requeue: this table tells the cases apart.
 //
 // What Slurm 22.05 shows when the job's processes get their signal (measured here, see
-// tests/slurm/README.md and docs-draft/slurm.md):
+// tests/slurm/README.md and docs/slurm.md):
 //   --signal lead (USR1...)    RUNNING, PreemptTime=None
 //   scancel                    COMPLETING, Reason=None, Restarts unchanged, PreemptTime=None
 //   time limit                 COMPLETING, Reason=TimeLimit
@@ -122,7 +122,7 @@ struct SlurmRequeueDecision {
   std::string why;           // one sentence for the log and the events file
 };
 
-// The table (issue 12; docs-draft/slurm.md). Requeues only after exit 75, only a requeueable
+// The table (issue 12; docs/slurm.md). Requeues only after exit 75, only a requeueable
 // job that Slurm has not requeued and will not requeue itself, never after a user's scancel,
 // and only from the job's first node.
 SlurmRequeueDecision decide_slurm_requeue(const SlurmRunOutcome& outcome);

@@ -34,6 +34,7 @@ install(FILES ${CMAKE_SOURCE_DIR}/examples/python/ddp_trainer.py
               ${CMAKE_SOURCE_DIR}/examples/python/README.md
         DESTINATION ${SG_EXAMPLES_DIR}/python)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/docs/ DESTINATION ${CMAKE_INSTALL_DOCDIR} FILES_MATCHING PATTERN "*.md")
 
 # The install-time part: configured now with the layout, run with the prefix of the install.
 set(SG_SOVERSION_FILE libshardguard.so.${SG_C_ABI_SOVERSION})
