@@ -30,9 +30,24 @@ Duration Backoff::next() {
   return Duration(static_cast<Duration::rep>(base * (1.0 - jitter * r)));
 }
 
+namespace {
+
+// A notice source must not look away longer than twice its poll interval after errors: an
+// AWS spot notice comes 2 minutes ahead, and a 30 s backoff would hide a quarter of it.
+BackoffConfig capped(BackoffConfig b, Duration interval) {
+  if (interval <= Duration{0}) return b;
+  b.max = std::min(b.max, 2 * interval);
+  b.initial = std::min(b.initial, b.max);
+  return b;
+}
+
+}  // namespace
+
 PollTimer::PollTimer(TimerFactory& timers, Duration interval, BackoffConfig backoff,
                      RandomFn random)
-    : timer_(timers.make_timer()), interval_(interval), backoff_(backoff, std::move(random)) {}
+    : timer_(timers.make_timer()),
+      interval_(interval),
+      backoff_(capped(backoff, interval), std::move(random)) {}
 
 void PollTimer::after_answer(std::function<void()> poll) {
   backoff_.reset();

@@ -45,7 +45,8 @@ class Backoff {
 };
 
 // One timer that runs a poll function: after_answer() waits `interval` and resets the
-// backoff; after_error() waits the next backoff delay; soon() runs it on the next turn.
+// backoff; after_error() waits the next backoff delay, never more than 2 x `interval`;
+// soon() runs it on the next turn.
 class PollTimer {
  public:
   PollTimer(TimerFactory& timers, Duration interval, BackoffConfig backoff, RandomFn random);

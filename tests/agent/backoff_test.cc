@@ -39,3 +39,20 @@ TEST_CASE("poll timer: interval after an answer, backoff after errors") {
   clock.advance(1s);
   CHECK(runs == 1);
 }
+
+TEST_CASE("poll timer: a notice source never looks away longer than twice its poll interval") {
+  // An AWS spot notice comes 2 minutes ahead; with the backoff's 30 s cap a flaky endpoint
+  // could hide a quarter of it. The cap is 2 x the interval (4 s here) whatever the config.
+  FakeClock clock;
+  PollTimer t(clock, 2s, {1s, 30s, 2.0, 0.0}, make_random(1));
+  Duration longest{0};
+  for (int i = 0; i < 10; ++i) {
+    t.after_error([] {});
+    longest = std::max(longest, t.last_delay());
+  }
+  CHECK(longest == 4s);
+  // A first retry longer than the cap is cut too.
+  PollTimer slow(clock, 1s, {5s, 30s, 2.0, 0.0}, make_random(1));
+  slow.after_error([] {});
+  CHECK(slow.last_delay() == 2s);
+}
