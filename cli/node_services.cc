@@ -6,6 +6,7 @@
 #include "agent/agent_channel.h"
 #include "agent/embedded_agent.h"
 #include "agent/health/health_setup.h"
+#include "checkpoint/catalog.h"
 #include "supervisor/rank_env.h"
 
 namespace shardguard::cli {
@@ -42,6 +43,14 @@ Status NodeServices::start() {
   // the job with an emergency checkpoint so the scheduler moves it.
   agent::HealthSettings health = m.cfg.node_health;
   if (health.checkpoint_dir.empty()) health.checkpoint_dir = m.cfg.checkpoint_dir;
+  // The disk check compares free space with one checkpoint: the newest complete one's size
+  // unless [health] checkpoint_size_estimate says otherwise. Unknown on a first run.
+  if (health.checkpoint_size_estimate == 0) {
+    auto newest = checkpoint::latest_complete(m.d.fs, health.checkpoint_dir,
+                                              checkpoint::Verify::kSize);
+    if (newest.ok() && newest->manifest)
+      health.checkpoint_size_estimate = newest->manifest->total_bytes();
+  }
   m.monitor = agent::make_health_monitor(health, m.d);
   if (m.monitor && health.enabled) {
     m.monitor->start(

@@ -1,7 +1,10 @@
 // The "disk" check: free space on the filesystem holding the checkpoint directory (statvfs
 // through Filesystem::free_space; the nearest existing ancestor while the directory does not
-// exist yet). Below the hard minimum is fatal: the next checkpoint cannot be written. Below
-// the warning level, or below headroom x the estimated checkpoint size, is a warning.
+// exist yet). Less than one checkpoint (its size known from the newest complete one) is
+// fatal: the next checkpoint cannot be written, so the job stops and moves. A fixed minimum
+// is fatal only when configured ([health] disk_fatal): a fixed default made every run on a
+// small volume exit at once, and every requeue again. Below the warning level, or below
+// headroom x the checkpoint size, is a warning.
 //
 // Thread-safety: none; runs on the loop thread (HealthCheck).
 #pragma once
@@ -17,8 +20,8 @@ namespace shardguard::agent {
 struct DiskCheckConfig {
   std::string path;  // the checkpoint directory; empty: not available
   uint64_t warning_bytes = 10ull << 30;
-  uint64_t fatal_bytes = 1ull << 30;
-  uint64_t checkpoint_size = 0;  // 0: unknown
+  uint64_t fatal_bytes = 0;      // 0: only "less than one checkpoint" is fatal
+  uint64_t checkpoint_size = 0;  // 0: unknown (then nothing is fatal but fatal_bytes)
   double headroom = 2.0;
 };
 

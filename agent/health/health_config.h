@@ -61,7 +61,7 @@ struct HealthSettings {
   bool disk = true;
   std::string checkpoint_dir;  // empty: the disk check is not available
   uint64_t disk_warning_bytes = 10ull << 30;
-  uint64_t disk_fatal_bytes = 1ull << 30;
+  uint64_t disk_fatal_bytes = 0;  // 0: fatal only below one checkpoint (its size known)
   uint64_t checkpoint_size_estimate = 0;  // 0: unknown; else warn below headroom x this
   double checkpoint_headroom = 2.0;
   CheckPolicy disk_policy;

@@ -55,7 +55,8 @@ HealthFinding run(HealthCheck& check) {
 DiskCheckConfig disk_config() {
   DiskCheckConfig c;
   c.path = "/ckpt/job";
-  return c;  // warning 10 GiB, fatal 1 GiB
+  c.fatal_bytes = 1ull << 30;  // a configured hard minimum ([health] disk_fatal)
+  return c;                    // warning 10 GiB
 }
 
 }  // namespace
@@ -237,4 +238,25 @@ TEST_CASE("memory: the real /proc") {
   HealthFinding got = run(check);
   CAPTURE(got.evidence);
   CHECK_FALSE(got.not_available);
+}
+
+TEST_CASE("disk: by default only less than one checkpoint is fatal, never a fixed size") {
+  ScriptedFs fs;
+  DiskCheckConfig c;
+  c.path = "/ckpt/job";
+  // A small volume on a first run (checkpoint size unknown): a warning, never an exit that
+  // every requeue would repeat.
+  fs.space.insert_or_assign("/ckpt/job", Result<uint64_t>(512ull << 20));
+  DiskCheck check(c, fs);
+  CHECK(run(check).severity == HealthFinding::kWarning);
+  // Checkpoints of 300 MiB fit: still only the warning level.
+  check.set_checkpoint_size(300ull << 20);
+  CHECK(run(check).severity == HealthFinding::kWarning);
+  // Checkpoints of 600 MiB do not: the next one cannot be written.
+  check.set_checkpoint_size(600ull << 20);
+  HealthFinding got = run(check);
+  CHECK(got.severity == HealthFinding::kFatal);
+  CHECK(got.evidence ==
+        "checkpoint dir '/ckpt/job': 512.00 MiB free, less than one checkpoint (about 600.00 "
+        "MiB): the next one cannot be written");
 }
