@@ -7,6 +7,7 @@
 #include "checkpoint/dir_history.h"
 #include "checkpoint/dir_identity.h"
 #include "checkpoint/lease.h"
+#include "checkpoint/paths.h"
 #include "checkpoint/quarantine.h"
 #include "checkpoint/retention.h"
 #include "checkpoint/retention_tracker.h"
@@ -31,6 +32,25 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   Impl(const io::Deps& deps, const JobConfig& c) : d(deps), cfg(c) {}
 
   std::weak_ptr<Impl> weak() { return weak_from_this(); }
+
+  // The disk can never hold one more checkpoint: its free space plus everything retention
+  // could remove (every step but the newest complete one, which a resume needs, and the
+  // quarantined ones) is less than the newest checkpoint. A requeue on the same storage would
+  // fail the same way, so the run stops with 78 instead of saving nothing at every notice.
+  std::optional<std::string> never_fits(Filesystem& fs, const std::string& dir,
+                                        uint64_t all_steps) const {
+    if (!newest_bytes || *newest_bytes == 0) return std::nullopt;
+    auto free = fs.free_space(dir);
+    if (!free.ok()) return std::nullopt;
+    uint64_t quarantined = 0;
+    if (auto q = tree_bytes(fs, checkpoint::quarantine_root(dir)); q.ok()) quarantined = *q;
+    const uint64_t reclaimable = all_steps - *newest_bytes + quarantined;
+    if (*free + reclaimable >= *newest_bytes) return std::nullopt;
+    return "the disk of '" + dir + "' can never hold one more checkpoint: " +
+           format_size(*free) + " free and " + format_size(reclaimable) +
+           " in older checkpoints, a checkpoint takes " + format_size(*newest_bytes) +
+           " (free space there, or move the job to a larger volume)";
+  }
 
   // A few hundred bytes, written atomically; only between attempts or at the end.
   void store_history() {
@@ -159,11 +179,14 @@ Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& expl
   checkpoint::RetentionPolicy p{m.cfg.keep_last, m.cfg.keep_every, {}};
   m.tracker = std::make_unique<checkpoint::RetentionTracker>(dir, p);
   if (auto st = m.tracker->scan(fs); !st.ok()) spdlog::warn("retention scan: {}", st.error().message());
-  for (const auto& s : m.tracker->steps())
-    if (s.state == checkpoint::CheckpointState::kComplete) {
+  uint64_t all_steps = 0;
+  for (const auto& s : m.tracker->steps()) {
+    all_steps += s.bytes;
+    if (!m.newest_bytes && s.state == checkpoint::CheckpointState::kComplete)
       m.newest_bytes = s.bytes;
-      break;
-    }
+  }
+  if (auto full = m.never_fits(fs, dir, all_steps))
+    return Error(ErrorCode::kFenced, "requeueing will not help: " + *full);
   m.arm_renewal();
   return resolved->job_id;
 }

@@ -9,6 +9,7 @@
 
 #include "core/exit_codes.h"
 #include "tests/run/run_fixture.h"
+#include "tests/support/loop_fs.h"
 
 using namespace shardguard;
 using namespace shardguard::testing;
@@ -138,4 +139,39 @@ TEST_CASE("The no-progress loop breaker's count survives a requeue (checkpoint d
   auto launches = events_named(d, "launch");
   REQUIRE(launches.size() == 5);  // 1 + 2 + 2
   CHECK(field(launches.back(), "resume_step") == "100");
+}
+
+TEST_CASE("A disk that can never hold one more checkpoint: exit 78 at start, naming the sizes",
+          "[run][integration]") {
+  std::string why;
+  auto disk = LoopFs::mount(48, &why);
+  if (!disk) {
+    WARN("skipped: " << why);
+    return;
+  }
+  RunDirs d;
+  const std::string ckpt = disk->path() + "/ckpt";
+  // keep_last = 1: the newest complete checkpoint is all there is; nothing to reclaim.
+  std::ofstream(d.config()) << "[job]\ncheckpoint_dir = \"" << ckpt << "\"\n"
+                            << "run_dir = \"" << d.run() << "\"\n"
+                            << "[checkpoint]\nevery_steps = 20\nkeep_last = 1\n";
+  const std::vector<std::string> train = {"--steps", "40", "--rows", "4096", "--log-every", "0"};
+  {
+    Background run(run_argv(d, 1, train), d.log());
+    REQUIRE(run.wait(120s) == 0);
+  }
+  // Something else fills the volume: less than one checkpoint is left.
+  uint64_t bytes = 0;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(ckpt + "/step-000000040"))
+    if (e.is_regular_file()) bytes += e.file_size();
+  REQUIRE(bytes > (1u << 20));
+  disk->fill(bytes / 2);
+  const std::vector<std::string> more = {"--steps", "80", "--rows", "4096", "--log-every", "0"};
+  Background run(run_argv(d, 1, more), d.log());
+  const auto code = run.wait(60s);
+  const std::string log = slurp(d.log());
+  INFO(log);
+  CHECK(code == kExitConfig);
+  CHECK_THAT(log, Catch::Contains("can never hold one more checkpoint"));
+  CHECK(events_named(d, "launch").size() == 1);  // the first run's only
 }
