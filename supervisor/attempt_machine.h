@@ -22,6 +22,7 @@
 #include "policies/backoff.h"
 #include "policies/checkpoint_interval.h"
 #include "policies/restart_policy.h"
+#include "policies/save_window.h"
 #include "supervisor/coordinator_log.h"
 #include "supervisor/machine_events.h"
 
@@ -63,6 +64,9 @@ struct MachineConfig {
   Duration rejoin_window = std::chrono::seconds(5);
 
   // Emergencies.
+  // The notice windows a save must fit (policies/save_window.h): a committed save that takes
+  // more than half the shortest one is recorded as "save_window" with a warning.
+  policies::SaveWindowInputs save_window;
   Duration safety_margin = std::chrono::seconds(2);  // ranks must be done this long before
   Duration drain_wait = std::chrono::seconds(10);    // ranks' exit after the emergency commit
   // How long a checkpoint request may take to reach every rank (heartbeat age + delivery):

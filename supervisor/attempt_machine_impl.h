@@ -86,6 +86,7 @@ struct AttemptMachine::Impl {
   policies::RestartPolicy policy;
   policies::ExponentialBackoff backoff;
   policies::CheckpointCostEstimator cost;
+  double save_window_warned = 0;  // the fraction last warned about (warn again at 1.25x)
   policies::FailureRateEstimator failure_rate;
 
   Phase phase = Phase::kPending;
@@ -122,6 +123,10 @@ struct AttemptMachine::Impl {
       : cfg(std::move(c)), policy(cfg.restart), backoff(cfg.backoff, std::move(uniform01)) {}
 
   // --- output helpers -------------------------------------------------------------------
+  // After a commit: does a save of this length fit the shortest notice? Warns once, and again
+  // only when saves grow by a quarter, so a slow disk does not fill the log.
+  void check_save_window(Duration took);
+
   void record(std::string type, EventFields fields) {
     out.push_back(command::Record{std::move(type), std::move(fields)});
   }

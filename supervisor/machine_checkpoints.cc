@@ -82,6 +82,19 @@ void AttemptMachine::Impl::on(Now now, const event::SaveBegan& e) {
   save_begin.try_emplace(e.step, now.steady);
 }
 
+void AttemptMachine::Impl::check_save_window(Duration took) {
+  // No window configured (the simulator, unit tests): nothing to compare with.
+  if (took <= Duration{0} || cfg.save_window.stop_grace <= Duration{0}) return;
+  const auto c = policies::check_save_window(cfg.save_window, took);
+  if (!c.warning || c.fraction < save_window_warned * 1.25) return;
+  save_window_warned = c.fraction;
+  record("save_window", {{"seconds", to_seconds(took)},
+                         {"window_seconds", to_seconds(c.window.window)},
+                         {"source", c.window.source},
+                         {"fraction", c.fraction},
+                         {"warning", *c.warning}});
+}
+
 void AttemptMachine::Impl::on(Now now, const event::Committed& e) {
   if (!attempt || attempt->epoch != e.epoch) {
     record("stale_commit", {{"attempt", e.epoch}, {"step", e.step}, {"manifest", e.manifest}});
@@ -104,6 +117,7 @@ void AttemptMachine::Impl::on(Now now, const event::Committed& e) {
   record("checkpoint_committed", {{"attempt", e.epoch}, {"step", e.step},
                                   {"seconds", to_seconds(took)}, {"bytes", e.bytes},
                                   {"manifest", e.manifest}});
+  check_save_window(took);
   hook("checkpoint_committed", {{"step", std::to_string(e.step)}, {"manifest", e.manifest}});
   if (emergency && !emergency->committed_step && request &&
       request->kind == CheckpointKind::kEmergency && e.step >= request->at_step)

@@ -25,6 +25,10 @@ MachineConfig machine_config(const JobConfig& c) {
   // Long enough for the stop message, the term grace and the kill itself.
   m.stop_timeout = c.term_grace + std::chrono::seconds(30);
   m.safety_margin = c.safety_margin;
+  m.save_window.stop_grace = c.grace;
+  // An unknown setting is the config loader's error to report; here it watches nothing.
+  if (auto clouds = policies::clouds_from_setting(c.agent.clouds); clouds.ok())
+    m.save_window.clouds = *clouds;
   m.rendezvous_timeout = c.rendezvous_timeout;
   m.interval_mode = c.interval_mode;
   m.every = c.every;

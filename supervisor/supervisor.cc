@@ -220,6 +220,11 @@ struct Supervisor::Impl {
               [&](const command::Record& r) {
                 record(r.type, r.fields);
                 if (r.type == "attempt_end") keeper->on_attempt_ended(attempt_end_of(r.fields));
+                if (r.type == "save_window")
+                  for (const auto& f : r.fields)
+                    if (f.key == "warning")
+                      if (const auto* w = std::get_if<std::string>(&f.value))
+                        spdlog::warn("{}", *w);
                 if (r.type == "fallback_checkpoint")
                   if (auto step = u64_field(r.fields, "step")) keeper->on_fallback_tried(*step);
               },

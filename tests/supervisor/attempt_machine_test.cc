@@ -342,3 +342,30 @@ TEST_CASE("a failed save makes every rank give up waiting for that commit", "[ma
   CHECK_THAT(a->why, Catch::Contains("rank 1"));
   CHECK(d.machine().phase() == Phase::kRunning);
 }
+
+TEST_CASE("save window: a save longer than half the shortest notice is recorded once, with "
+          "the window's source",
+          "[machine][unit]") {
+  MachineConfig c = two_ranks();
+  c.save_window.stop_grace = 30s;
+  c.save_window.clouds = {policies::Cloud::kAws};  // 120 s: the grace is shorter
+  c.hang_timeout = std::chrono::hours(1);          // long saves, no heartbeats between
+  MachineDriver d(c);
+  d.start_single();
+  d.beat(5);
+  auto save = [&](uint64_t step, Duration took) {
+    d.feed(event::SaveBegan{d.epoch(), 0, step});
+    d.advance(took);
+    d.commit(step);
+  };
+  save(5, 10s);  // a third of the window: fine
+  CHECK(d.records("save_window").empty());
+  save(6, 20s);  // two thirds: warned
+  REQUIRE(d.records("save_window").size() == 1);
+  CHECK(d.last_field("save_window", "source") == "[stop] grace");
+  CHECK_THAT(d.last_field("save_window", "warning"), Catch::Contains("raise [stop] grace"));
+  save(7, 21s);  // about as slow: not again
+  CHECK(d.records("save_window").size() == 1);
+  save(8, 28s);  // a quarter slower than the warned one: again
+  CHECK(d.records("save_window").size() == 2);
+}
