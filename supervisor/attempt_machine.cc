@@ -318,9 +318,10 @@ void AttemptMachine::Impl::attempt_ended(Now now) {
   }
   if (a.abort) return finish(now, command::FinalState::kFailed, a.abort->exit_code, a.abort->why);
   if (emergency) {
-    // The notified nodes leave; the job goes on without them when enough nodes remain
-    // (elastic), else the whole job stops here and the scheduler requeues it.
-    const bool elastic = cfg.max_nodes > 1 && emergency->preemption;
+    // The notified nodes leave, whatever the notice (a preemption, a drain of that node, a
+    // failed health check); the job goes on without them when enough nodes remain (elastic),
+    // else the whole job stops here and the scheduler requeues it.
+    const bool elastic = cfg.max_nodes > 1;
     if (elastic)
       for (auto& m : members)
         if (emergency->nodes.contains(m.node)) m.leaving = true;

@@ -160,13 +160,10 @@ TEST_CASE(
   CHECK(last.world_size == 2);
 }
 
-// Known gap (reported): a drain is not a "preemption" in the decision core
-// (Supervisor/ClusterClient::notice set preemption = false for source "drain"), and only
-// preemptions let the notified node leave, so draining one node of an elastic job stops the
-// whole job with 75 instead. Issue 10 lists drain among the notices after which "the notified
-// node leaves (shrink)". Remove [!shouldfail] once fixed.
+// Regression: only preemptions let the notified node leave, so draining one node of an
+// elastic job stopped the whole job with 75. Any stop notice of some nodes makes them leave.
 TEST_CASE("`shardguard drain` of one node of a MIN:MAX job: that node leaves, the others go on",
-          "[multinode][integration][!shouldfail]") {
+          "[multinode][integration]") {
   ClusterOptions o;
   o.nodes = 3;
   o.nnodes = "2:3";
