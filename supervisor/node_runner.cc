@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "checkpoint/catalog.h"
@@ -67,6 +68,7 @@ struct NodeRunner::Impl {
   std::set<uint32_t> running;  // global ranks not yet exited
   std::set<uint32_t> hello;
   std::set<uint32_t> beating;  // ranks that sent a heartbeat in this epoch
+  std::optional<command::Launch> pending_launch;  // waits for the previous epoch's destroy
   bool tearing_down = false;
   bool killing = false;
   int hang_reports_pending = 0;
@@ -227,6 +229,19 @@ struct NodeRunner::Impl {
     for (const auto& s : l.nodes)
       if (s.node == opt.node) mine_slot = &s;
     if (mine_slot == nullptr) return;  // not placed in this epoch
+    if (active && epoch != l.epoch) {
+      // The previous epoch is still here (a rejoining node gets the teardown of its stale
+      // epoch and the new launch back to back): its ranks were told to stop; kill them now
+      // and launch once they are gone, so that neither its term grace nor its destroy can
+      // reach the new epoch.
+      pending_launch = l;
+      if (!killing) {
+        killing = true;
+        term_timer->cancel();
+        destroy_epoch(epoch);
+      }
+      return;
+    }
     control->reset_ranks();
     active = true;
     epoch = l.epoch;
@@ -298,6 +313,8 @@ struct NodeRunner::Impl {
 
   void tear_down(const command::TearDown& t) {
     if (!active || t.epoch != epoch) {
+      // A launch still waiting for the previous epoch's destroy is called off.
+      if (pending_launch && pending_launch->epoch == t.epoch) pending_launch.reset();
       const Epoch e = t.epoch;
       const NodeId node = opt.node;
       d.loop.post([r = report, e, node] { r(event::NodeStopped{e, node}); });
@@ -317,13 +334,25 @@ struct NodeRunner::Impl {
     if (killing || hang_reports_pending > 0) return;  // a report being taken finishes first
     killing = true;
     term_timer->cancel();
-    const Epoch e = epoch;
+    destroy_epoch(epoch);
+  }
+
+  // Kills epoch `e`'s processes; once they are gone the coordinator hears NodeStopped{e}. The
+  // node goes idle only if no newer epoch was launched meanwhile.
+  void destroy_epoch(Epoch e) {
     std::weak_ptr<bool> weak = alive;
     launcher.destroy(e, [this, weak, e] {
       if (weak.expired()) return;
-      control->reset_ranks();
-      active = false;
+      if (e == epoch) {
+        control->reset_ranks();
+        active = false;
+      }
       report(event::NodeStopped{e, opt.node});
+      if (pending_launch && !active) {
+        const command::Launch next = std::move(*pending_launch);
+        pending_launch.reset();
+        launch(next);
+      }
     });
   }
 

@@ -233,18 +233,16 @@ TEST_CASE(
   CHECK(final_hash(c.ckpt()) == row_parallel_reference(o.trainer_args));
 }
 
-// Known bug (reported): a node that rejoins while its stale ranks still run is told to tear
-// them down (term grace armed) and, in a fixed-size job, relaunched at once. NodeRunner::launch
-// neither waits for nor cancels that teardown: the stale rank's exit is then ignored (another
-// epoch is current) and the term-grace timer fires kill_now() for the *current* epoch, so the
-// relaunched rank on that node is SIGKILLed term_grace later and the epoch ends as a "crash"
-// (a restart of the crash budget; in another interleaving, the destroy callback of the old
-// epoch marks the new one inactive, its ranks are refused at the control socket and the job
-// waits for them forever). Remove [!mayfail] once fixed.
+// Regression: a node that rejoins while its stale ranks still run is told to tear them down
+// (term grace armed) and, in a fixed-size job, relaunched at once. NodeRunner::launch neither
+// waited for nor cancelled that teardown: the term-grace timer killed the *relaunched* rank
+// (a "crash"), or the old epoch's destroy callback marked the new one inactive and its ranks
+// were refused. Now the stale epoch is destroyed at the launch and its callback leaves a
+// newer epoch alone.
 TEST_CASE(
     "SIGSTOP of a node of a fixed-size job with the row-parallel trainer: after SIGCONT the "
     "relaunched epoch runs to the end without a crash",
-    "[multinode][integration][!mayfail]") {
+    "[multinode][integration]") {
   ClusterOptions o;
   o.nodes = 3;
   o.nnodes = "3";
