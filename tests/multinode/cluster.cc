@@ -135,6 +135,7 @@ Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {
   // ranks stuck in the collective are killed quickly after `stop`.
   std::ofstream(config_) << "[job]\ncheckpoint_dir = \"" << ckpt_ << "\"\n"
                          << "master_port = " << master_port_ << "\n"
+                         << options_.job_config
                          << "[restart]\nbackoff_initial = \"10ms\"\nbackoff_max = \"50ms\"\n"
                          << "[stop]\ngrace = \"20s\"\nterm_grace = \"2s\"\n"
                          << "[checkpoint]\nevery_steps = " << options_.every_steps << "\n"

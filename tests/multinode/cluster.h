@@ -49,6 +49,7 @@ struct ClusterOptions {
   std::string join_window = "20s";  // the first launch waits for every node (up to MAX)
   int every_steps = 50;
   std::string extra_config;  // appended to the job's TOML
+  std::string job_config;    // lines added to its [job] table (e.g. coordinator_timeout)
   // Network namespaces: where node k's ranks are reached, where the coordinator listens, and
   // how node k's argv is run (e.g. {"ip", "netns", "exec", ns, argv...}). Empty: loopback.
   std::function<std::string(int node)> address;
