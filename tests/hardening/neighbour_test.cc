@@ -1,0 +1,79 @@
+// A same-uid neighbour on the control socket of a real `shardguard run` (findings of the
+// hardening audit): a second `hello` as rank 0 from a process the run did not launch is
+// refused, naming it, and idle connections beyond the cap (2 x ranks + 8) are closed; the
+// real ranks keep their checkpoint requests: SIGTERM still gives one emergency checkpoint
+// at the step the supervisor chose, and exit 75.
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <vector>
+
+#include "hooks/protocol.h"
+#include "io/unix_socket_server.h"
+#include "supervisor/rank_env.h"
+#include "tests/run/run_fixture.h"
+#include "tests/support/background.h"
+
+using namespace std::chrono_literals;
+using namespace shardguard;
+using namespace shardguard::testing;
+
+namespace {
+
+std::string hello_line(uint32_t rank, uint32_t world, const std::string& job) {
+  std::string s = hooks::encode(hooks::JobMessage{hooks::Hello{rank, world, ::getpid(), job, 0}});
+  s.pop_back();  // send_line adds the newline
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a neighbour cannot speak for a rank or crowd the socket; the emergency checkpoint "
+          "still reaches the real ranks",
+          "[integration]") {
+  RunDirs d;
+  write_config(d, "", 50);
+  const std::vector<std::string> train = {"--steps", "100000", "--rows", "64", "--log-every",
+                                          "0", "--sleep-ms", "5"};
+  Background run(run_argv(d, 2, train), d.log());
+  REQUIRE(eventually([&] { return events_named(d, "hello").size() == 2; }, 30s));
+  const std::string job = field(events_named(d, "start").at(0), "job_id");
+  const std::string socket = supervisor::control_socket_path(d.run());
+
+  // The hijack: a hello as rank 0 with the right job, attempt and world size.
+  auto hijack = io::UnixSocketClient::connect(socket);
+  REQUIRE(hijack.ok());
+  REQUIRE(hijack->send_line(hello_line(0, 2, job)).ok());
+  auto reply = hijack->read_line(10s);
+  REQUIRE(reply.ok());
+  auto m = hooks::decode_agent_message(*reply);
+  REQUIRE(m.ok());
+  REQUIRE(std::holds_alternative<hooks::ErrorReply>(*m));
+  // Refused while the real rank 0 is connected; a process the run did not launch is refused
+  // even when rank 0's connection is gone (the pid binding, ControlServer admit policy).
+  CHECK_THAT(std::get<hooks::ErrorReply>(*m).message, Catch::Contains("rank 0 is already connected"));
+
+  // The crowd: 2 ranks + the hijacker hold 3 of the 12; of 20 more, the last ones are closed.
+  std::vector<io::UnixSocketClient> crowd;
+  for (int i = 0; i < 20; ++i) {
+    auto c = io::UnixSocketClient::connect(socket);
+    if (c.ok()) crowd.push_back(std::move(*c));
+  }
+  int closed = 0;
+  for (auto& c : crowd) {
+    auto r = c.read_line(200ms);
+    if (!r.ok() && r.error().code() != ErrorCode::kTimeout) ++closed;
+  }
+  CHECK(closed >= 10);
+
+  run.signal(SIGTERM);
+  const auto code = run.wait(60s);
+  INFO(slurp(d.log()));
+  REQUIRE(code == 75);
+  const auto now = events_named(d, "checkpoint_now");
+  const auto committed = events_named(d, "checkpoint_committed");
+  REQUIRE_FALSE(now.empty());
+  REQUIRE_FALSE(committed.empty());
+  CHECK(field(committed.back(), "step") == field(now.back(), "at_step"));
+}
