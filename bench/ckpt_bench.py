@@ -5,7 +5,7 @@ its peers (torch.save, PyTorch DCP), all measured in the same run on the same di
 Usage: /usr/bin/python3 bench/ckpt_bench.py [--bytes 4GiB] [--rounds 3] [--worlds 1,2,4]
            [--dir DIR] [--bin build/bench/sg_bench_ckpt] [--shardguard build/cli/shardguard]
            [--stall-gap 20s] [--calibration calibration.json] [--no-peers]
-Needs fio; the peers need Debian's python3-torch (DCP through bench/torch_compat.py).
+Needs fio; the peers need Debian's python3-torch (DCP through tests/support/torch_compat.py).
 
 Rounds are interleaved - fio, shardguard, peers, fio, shardguard, peers, ... - because this
 kind of machine (a VM on a shared virtual disk, other work on its cores) changes speed from

@@ -15,7 +15,7 @@ across ranks; under DCP each tensor is a ShardedTensor whose local shard is this
 (as FSDP / ZeRO state is), so every rank writes and reads its own bytes (a plain tensor
 would be treated as replicated and written by rank 0 alone). Times are CLOCK_MONOTONIC from just before the first rank starts to
 just after the last one ends, past a barrier on either side. Debian's torch 1.13 needs
-bench/torch_compat.py to import DCP on Python 3.11.
+tests/support/torch_compat.py (the shared import fix) to import DCP on Python 3.11.
 """
 import json
 import os
@@ -23,6 +23,8 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# The one copy of torch 1.13's import fix, shared with the tests.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "support"))
 
 TENSORS = 16
 COLS = 4096

@@ -94,3 +94,21 @@ def import_shard_checkpoint():
     import torch.distributed._shard.checkpoint as dcp  # noqa: E402
 
     return dcp
+
+
+def import_dcp():
+    """The DCP module of this torch (torch.distributed.checkpoint, or 1.13's
+    _shard.checkpoint), with the fix installed; ImportError naming every reason otherwise."""
+    import importlib
+
+    install()
+    errors = []
+    for name in ("torch.distributed.checkpoint", "torch.distributed._shard.checkpoint"):
+        try:
+            module = importlib.import_module(name)
+            if hasattr(module, "save_state_dict"):
+                return module
+            errors.append(f"{name}: no save_state_dict")
+        except Exception as e:  # noqa: BLE001 - every failure is reported
+            errors.append(f"{name}: {type(e).__name__}: {e}")
+    raise ImportError("; ".join(errors))
