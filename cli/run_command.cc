@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <charconv>
 #include <filesystem>
 
 #include "cli/job_services.h"
@@ -35,6 +36,8 @@ struct RunArgs {
   std::optional<uint32_t> nproc;
   std::optional<std::string> checkpoint_dir, run_dir, job_id;
   bool resume_from_job = false;
+  std::optional<std::string> resume_from;
+  bool fresh = false;
   std::optional<uint32_t> max_restarts;
   std::optional<uint16_t> metrics_port;
   std::optional<uint64_t> every_steps;
@@ -82,6 +85,21 @@ Result<supervisor::JobConfig> build_config(const RunArgs& a) {
   if (cfg.command.empty())
     return Error(ErrorCode::kInvalid, "no command: give one after `--` or as job.command");
   if (cfg.nproc == 0) return Error(ErrorCode::kInvalid, "--nproc must be at least 1");
+  if (a.resume_from) {
+    if (*a.resume_from == "none") {
+      cfg.resume_from_none = true;
+    } else {
+      uint64_t step = 0;
+      const auto& t = *a.resume_from;
+      auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), step);
+      if (ec != std::errc() || end != t.data() + t.size())
+        return Error(ErrorCode::kInvalid, "--resume-from '" + t + "': a step number or none");
+      cfg.resume_from_step = step;
+    }
+  }
+  if (a.fresh && !cfg.resume_from_none)
+    return Error(ErrorCode::kInvalid, "--fresh goes with --resume-from none");
+  cfg.fresh = a.fresh;
   if (a.resume_from_job) {
     if (cfg.job_id.empty())
       return Error(ErrorCode::kInvalid, "--resume-from-job needs the new job id (--job-id)");
@@ -113,7 +131,9 @@ int run_single(supervisor::JobConfig cfg) {
   if (auto st = sup.start(); !st.ok()) {
     std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
     // A directory that is another job's, or requeues that keep failing: requeue will not help.
-    return st.error().code() == ErrorCode::kFenced ? kExitConfig : kExitFailure;
+    // A bad --resume-from (no such step, or none without --fresh): the flags are wrong.
+    if (st.error().code() == ErrorCode::kFenced) return kExitConfig;
+    return st.error().code() == ErrorCode::kInvalid ? kExitUsage : kExitFailure;
   }
   if (auto st = node.start(); !st.ok()) {
     std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
@@ -191,6 +211,11 @@ void add_run_command(CLI::App& app, int* exit_code) {
   run_cmd->add_option("--run-dir", a->run_dir, "logs, events and the control socket");
   run_cmd->add_option("--job-id", a->job_id,
                       "stable job name (default: the checkpoint directory's, or a new one)");
+  run_cmd->add_option("--resume-from", a->resume_from,
+                      "STEP: roll back to this checkpoint (newer ones are quarantined); none: "
+                      "start fresh (with --fresh, every checkpoint is quarantined)");
+  run_cmd->add_flag("--fresh", a->fresh,
+                    "with --resume-from none: set every existing checkpoint aside");
   run_cmd->add_flag("--resume-from-job", a->resume_from_job,
                     "take over a checkpoint directory that belongs to another job id");
   run_cmd->add_option("--max-restarts", a->max_restarts, "crash and hang restarts per window");

@@ -2,8 +2,11 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <mutex>
+#include <vector>
 
+#include "checkpoint/catalog.h"
 #include "checkpoint/dir_history.h"
 #include "checkpoint/dir_identity.h"
 #include "checkpoint/lease.h"
@@ -28,10 +31,51 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   std::unique_ptr<checkpoint::RetentionTracker> tracker;
   std::optional<uint64_t> protected_step;
   std::optional<uint64_t> newest_bytes;  // size of the newest committed checkpoint
+  std::vector<uint64_t> rolled_back;     // steps quarantined by --resume-from, newest first
 
   Impl(const io::Deps& deps, const JobConfig& c) : d(deps), cfg(c) {}
 
   std::weak_ptr<Impl> weak() { return weak_from_this(); }
+
+  // `run --resume-from STEP` (every newer step quarantined, so that a later crash cannot undo
+  // the rollback) or `--resume-from none --fresh` (every step set aside). Under the lease.
+  Status roll_back(Filesystem& fs, const std::string& dir, WallTime now) {
+    if (!cfg.resume_from_step && !cfg.resume_from_none) return {};
+    SG_ASSIGN_OR_RETURN(auto steps, checkpoint::list_checkpoints(fs, dir, checkpoint::Verify::kSize));
+    std::vector<uint64_t> aside;
+    std::string reason;
+    if (cfg.resume_from_step) {
+      const uint64_t target = *cfg.resume_from_step;
+      const std::string flag = "--resume-from " + std::to_string(target);
+      auto it = std::find_if(steps.begin(), steps.end(),
+                             [&](const checkpoint::CatalogEntry& e) { return e.step == target; });
+      if (it == steps.end())
+        return Error(ErrorCode::kInvalid, flag + ": no checkpoint of that step in '" + dir + "'");
+      if (it->state != checkpoint::CheckpointState::kComplete)
+        return Error(ErrorCode::kInvalid,
+                     flag + ": step " + std::to_string(target) + " is " +
+                         std::string(checkpoint::checkpoint_state_name(it->state)) + ": " +
+                         it->reason);
+      for (const auto& e : steps)
+        if (e.step > target) aside.push_back(e.step);
+      reason = "rolled back by shardguard run " + flag;
+    } else {
+      if (!steps.empty() && !cfg.fresh)
+        return Error(ErrorCode::kInvalid,
+                     "--resume-from none: '" + dir + "' holds " + std::to_string(steps.size()) +
+                         " checkpoint(s), the newest of step " + std::to_string(steps.front().step) +
+                         "; add --fresh to set them all aside (quarantined, kept as evidence)");
+      for (const auto& e : steps) aside.push_back(e.step);
+      reason = "set aside by shardguard run --resume-from none --fresh";
+    }
+    for (uint64_t step : aside) {
+      SG_ASSIGN_OR_RETURN(auto q, checkpoint::quarantine_step(fs, dir, step, reason, now,
+                                                              "shardguard run"));
+      spdlog::warn("quarantined step {} ({}): now in {}", step, reason, q.dir);
+      rolled_back.push_back(step);
+    }
+    return {};
+  }
 
   // The disk can never hold one more checkpoint: its free space plus everything retention
   // could remove (every step but the newest complete one, which a resume needs, and the
@@ -176,6 +220,8 @@ Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& expl
                                          " (remove " + dir + "/.shardguard/history.json after "
                                          "fixing the cause)");
 
+  SG_RETURN_IF_ERROR(m.roll_back(fs, dir, now));
+
   checkpoint::RetentionPolicy p{m.cfg.keep_last, m.cfg.keep_every, {}};
   m.tracker = std::make_unique<checkpoint::RetentionTracker>(dir, p);
   if (auto st = m.tracker->scan(fs); !st.ok()) spdlog::warn("retention scan: {}", st.error().message());
@@ -243,6 +289,8 @@ void DirectoryKeeper::on_fallback_tried(uint64_t step) {
 }
 
 const checkpoint::DirHistory& DirectoryKeeper::history() const { return impl_->history; }
+
+const std::vector<uint64_t>& DirectoryKeeper::rolled_back() const { return impl_->rolled_back; }
 
 void DirectoryKeeper::quarantine(uint64_t step, const std::string& reason,
                                  std::function<void(Result<std::string>)> done) {

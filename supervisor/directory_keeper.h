@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "checkpoint/dir_history.h"
 #include "core/result.h"
@@ -43,6 +44,8 @@ class DirectoryKeeper {
   void on_attempt_ended(const checkpoint::AttemptEnd& end);
   // The loop breaker skipped `step` once for the checkpoint before it (stored at once).
   void on_fallback_tried(uint64_t step);
+  // The steps open() quarantined for `run --resume-from` (newest first).
+  const std::vector<uint64_t>& rolled_back() const;
   // The history read by open() (empty before it, or when it could not be read).
   const checkpoint::DirHistory& history() const;
   // Sets the checkpoint of `step` aside (quarantine/ with the reason); `done` gets its new

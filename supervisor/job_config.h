@@ -31,6 +31,11 @@ struct JobConfig {
   // [job]
   std::string job_id;                  // empty: the checkpoint directory's own (or a new one)
   bool resume_from_job = false;        // take the directory over from another job id
+  // `run --resume-from STEP`: a forced rollback; every newer step is quarantined at start
+  // (so a later crash cannot undo it). "none" with `fresh`: every step is set aside.
+  std::optional<uint64_t> resume_from_step;
+  bool resume_from_none = false;
+  bool fresh = false;
   std::vector<std::string> command;    // the rank command (after `--`)
   uint32_t nproc = 1;
   std::string checkpoint_dir = "checkpoints";

@@ -414,6 +414,14 @@ Status Supervisor::start() {
   }
   m.record("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
                            {"checkpoint_dir", m.cfg.checkpoint_dir}, {"first_attempt", first}});
+  if (m.cfg.resume_from_step || m.cfg.resume_from_none) {
+    std::string steps;
+    for (uint64_t s : m.keeper->rolled_back()) steps += (steps.empty() ? "" : ",") + std::to_string(s);
+    EventFields f{{"quarantined", steps}};
+    if (m.cfg.resume_from_step) f.push_back({"to_step", *m.cfg.resume_from_step});
+    else f.push_back({"fresh", true});
+    m.record("rollback", f);
+  }
   m.feeding = true;  // the start's commands run before the first event
   // The loop breaker continues the counts of earlier runs on this directory.
   m.machine.seed_loop_breaker(m.keeper->history().failed_resumes,

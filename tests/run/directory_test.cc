@@ -175,3 +175,51 @@ TEST_CASE("A disk that can never hold one more checkpoint: exit 78 at start, nam
   CHECK_THAT(log, Catch::Contains("can never hold one more checkpoint"));
   CHECK(events_named(d, "launch").size() == 1);  // the first run's only
 }
+
+TEST_CASE("--resume-from STEP rolls back (newer steps quarantined), --resume-from none needs "
+          "--fresh; unquarantine of a step written again is refused",
+          "[run][integration]") {
+  RunDirs d;
+  write_config(d);
+  const std::vector<std::string> train = {"--steps", "120", "--rows", "64", "--log-every", "0",
+                                          "--checkpoint-every", "50"};
+  {
+    Background run(run_argv(d, 1, train), d.log());
+    REQUIRE(run.wait(60s) == 0);  // steps 50, 100 and 120
+  }
+  auto attempt = [&](std::vector<std::string> flags) {
+    Background run(with_flags(run_argv(d, 1, train), std::move(flags)), d.log());
+    return run.wait(60s);
+  };
+  // Refusals: no such step; none while checkpoints exist.
+  CHECK(attempt({"--resume-from", "75"}) == kExitUsage);
+  CHECK_THAT(slurp(d.log()), Catch::Contains("--resume-from 75: no checkpoint of that step"));
+  CHECK(attempt({"--resume-from", "none"}) == kExitUsage);
+  CHECK_THAT(slurp(d.log()), Catch::Contains("add --fresh to set them all aside"));
+
+  // The rollback: 120 and 100 set aside, the run resumes from 50 and trains to the end again.
+  REQUIRE(attempt({"--resume-from", "50"}) == 0);
+  INFO(slurp(d.log()));
+  auto rollback = events_named(d, "rollback");
+  REQUIRE(rollback.size() == 1);
+  CHECK(field(rollback[0], "to_step") == "50");
+  CHECK(field(rollback[0], "quarantined") == "120,100");
+  CHECK(field(events_named(d, "launch").back(), "resume_step") == "50");
+  CHECK(final_hash(d.ckpt()) == reference_hash(train));
+  const auto ls = run_command(shardguard_bin() + " ckpt ls " + d.ckpt());
+  CHECK_THAT(ls.out, Catch::Contains("QUARANTINED"));
+  CHECK_THAT(ls.out, Catch::Contains("rolled back by shardguard run --resume-from 50"));
+  // Step 100 was written again since: putting the old one back is refused.
+  const auto back = run_command(shardguard_bin() + " ckpt unquarantine " + d.ckpt() + " --step 100");
+  CHECK(back.exit_code != 0);
+  CHECK_THAT(back.err, Catch::Contains("step-000000100"));
+
+  // --fresh: every step set aside, a fresh start.
+  REQUIRE(attempt({"--resume-from", "none", "--fresh"}) == 0);
+  rollback = events_named(d, "rollback");
+  REQUIRE(rollback.size() == 2);
+  CHECK(field(rollback[1], "fresh") == "true");
+  CHECK(field(rollback[1], "quarantined") == "120,100,50");
+  CHECK(field(events_named(d, "launch").back(), "resume_step") == "-1");
+  CHECK(final_hash(d.ckpt()) == reference_hash(train));
+}
