@@ -349,7 +349,12 @@ void AttemptMachine::Impl::relaunch_after(Now now, policies::ExitClass cls, cons
   restarts[name]++;
   if (decision.use_previous_checkpoint && a.resume_step) {
     skip_steps.push_back(*a.resume_step);
-    record("fallback_checkpoint", {{"attempt", a.epoch}, {"step", *a.resume_step}});
+    record("fallback_checkpoint",
+           {{"attempt", a.epoch}, {"step", *a.resume_step}, {"why", decision.reason}});
+    // The suspect checkpoint is set aside with the evidence (kept, never resumed again; a
+    // person may put it back with `shardguard ckpt unquarantine`).
+    out.push_back(command::Quarantine{*a.resume_step, a.resume_manifest,
+                                      "loop breaker: " + decision.reason});
   }
   if (cls != policies::ExitClass::kPreempted && cls != policies::ExitClass::kResize)
     failure_rate.record_failure(now.steady);

@@ -139,6 +139,11 @@ TEST_CASE("The no-progress loop breaker's count survives a requeue (checkpoint d
   auto launches = events_named(d, "launch");
   REQUIRE(launches.size() == 5);  // 1 + 2 + 2
   CHECK(field(launches.back(), "resume_step") == "100");
+  // Step 120 is set aside with the evidence, never resumed again.
+  auto quarantined = events_named(d, "quarantined");
+  REQUIRE(quarantined.size() == 1);
+  CHECK(field(quarantined[0], "step") == "120");
+  CHECK_THAT(field(quarantined[0], "reason"), Catch::Contains("loop breaker"));
 }
 
 TEST_CASE("A disk that can never hold one more checkpoint: exit 78 at start, naming the sizes",

@@ -270,6 +270,11 @@ TEST_CASE("no progress: the same step fails K times, then the previous checkpoin
   auto fr = d.last<command::FindResume>();
   REQUIRE(fr);
   CHECK(fr->skip_steps == std::vector<uint64_t>{500});
+  // The suspect checkpoint is set aside with the diagnosis.
+  auto q = d.last<command::Quarantine>();
+  REQUIRE(q);
+  CHECK(q->step == 500);
+  CHECK_THAT(q->reason, Catch::Contains("loop breaker: ") && Catch::Contains("step 500"));
   d.resume(400);
   d.launched();
   fail();  // the previous checkpoint failed too
