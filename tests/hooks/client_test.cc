@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "checkpoint/reader.h"
+#include "hooks/client_internal.h"
 #include "tests/hooks/control_fixture.h"
 
 using namespace std::chrono_literals;
@@ -221,4 +222,25 @@ TEST_CASE("client: SIGUSR1 alone (no socket) asks for an emergency save at the c
   auto st = save_step(*c, 12);
   if (!st.ok()) FAIL(st.error().message());
   CHECK(c->should_exit());
+}
+
+TEST_CASE("client: the job's [checkpoint] commit_timeout reaches the client through its "
+          "environment",
+          "[integration]") {
+  // What shardguard run sets for each rank (supervisor/rank_env.cc).
+  TempDir dir;
+  ::setenv("SHARDGUARD_CHECKPOINT_DIR", dir.path().c_str(), 1);
+  ::setenv("SHARDGUARD_COMMIT_TIMEOUT_MS", "7000", 1);
+  auto o = options_from_env(ClientOptions{});
+  REQUIRE(o.ok());
+  CHECK(o->commit_timeout == std::chrono::milliseconds(7000));
+  ::setenv("SHARDGUARD_COMMIT_TIMEOUT_MS", "0", 1);
+  auto zero = options_from_env(ClientOptions{});
+  REQUIRE_FALSE(zero.ok());
+  CHECK_THAT(zero.error().message(), Catch::Contains("SHARDGUARD_COMMIT_TIMEOUT_MS"));
+  ::unsetenv("SHARDGUARD_COMMIT_TIMEOUT_MS");
+  auto unset = options_from_env(ClientOptions{});
+  REQUIRE(unset.ok());
+  CHECK(unset->commit_timeout == std::chrono::minutes(10));  // the client's own default
+  ::unsetenv("SHARDGUARD_CHECKPOINT_DIR");
 }

@@ -257,3 +257,26 @@ TEST_CASE("A rank that fails before its first heartbeat: its log's last lines on
   CHECK_THAT(log, Catch::Contains("rank 0 (exited with code 1) failed before its first heartbeat"));
   CHECK_THAT(log, Catch::Contains("  | ModuleNotFoundError: No module named 'tourch'"));
 }
+
+TEST_CASE("Each rank's environment carries the job's commit_timeout, and events.jsonl with a "
+          "non-numeric attempt does not stop the next run",
+          "[run][integration]") {
+  RunDirs d;
+  std::ofstream(d.config()) << "[job]\ncheckpoint_dir = \"" << d.ckpt() << "\"\n"
+                            << "run_dir = \"" << d.run() << "\"\n"
+                            << "[checkpoint]\ncommit_timeout = \"7s\"\n";
+  // A hand-edited or foreign line in the timeline (finding: `stoull` threw on it).
+  std::filesystem::create_directories(d.run());
+  std::ofstream(d.run() + "/events.jsonl")
+      << "{\"time_unix_ms\":1,\"event\":\"launch\",\"attempt\":\"seven\"}\n"
+      << "not json at all\n";
+  const std::string out = d.tmp / "env.txt";
+  std::vector<std::string> argv = {shardguard_bin(), "run", "--config", d.config(), "--nproc", "1",
+                                   "--", "/bin/sh", "-c",
+                                   "echo \"$SHARDGUARD_COMMIT_TIMEOUT_MS\" > " + out};
+  Background run(argv, d.log());
+  const auto code = run.wait(60s);
+  INFO(run_log(d));
+  REQUIRE(code == 0);
+  CHECK(slurp(out) == "7000\n");
+}

@@ -374,3 +374,20 @@ TEST_CASE("save window: a save longer than half the shortest notice is recorded 
   save(8, 28s);  // a quarter slower than the warned one: again
   CHECK(d.records("save_window").size() == 2);
 }
+
+TEST_CASE("lost steps and the last committed step count from the resume step, not from 0",
+          "[machine][unit]") {
+  MachineDriver d(two_ranks());
+  d.start_single(500);  // resumes from step 500
+  auto stats = d.machine().stats(d.now());
+  CHECK(stats.any_committed);
+  CHECK(stats.last_committed_step == 500);
+  d.beat(510);
+  d.exit_rank(0, 1);
+  d.confirm_teardown();
+  CHECK(d.last_field("attempt_end", "lost_steps") == "10");
+  CHECK(d.last_field("attempt_end", "resume_step") == "500");
+  stats = d.machine().stats(d.now());
+  CHECK(stats.lost_steps == 10);
+  CHECK(stats.last_committed_step == 500);
+}
