@@ -4,7 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -18,5 +20,14 @@ struct EventField {
 };
 
 using EventFields = std::vector<EventField>;
+
+// The value of `key` when it holds a T; nullopt when absent or of another type.
+template <typename T>
+std::optional<T> field_value(const EventFields& fields, std::string_view key) {
+  for (const auto& f : fields)
+    if (f.key == key)
+      if (const auto* v = std::get_if<T>(&f.value)) return *v;
+  return std::nullopt;
+}
 
 }  // namespace shardguard::supervisor

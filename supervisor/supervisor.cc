@@ -17,27 +17,19 @@
 #include "supervisor/timeline.h"
 #include "supervisor/local_launcher.h"
 #include "supervisor/machine_config.h"
+#include "supervisor/machine_metrics.h"
 #include "supervisor/node_runner.h"
 #include "supervisor/rank_env.h"
 
 namespace shardguard::supervisor {
 namespace {
 
-std::optional<uint64_t> u64_field(const EventFields& fields, std::string_view key) {
-  for (const auto& f : fields)
-    if (f.key == key)
-      if (const auto* v = std::get_if<uint64_t>(&f.value)) return *v;
-  return std::nullopt;
-}
-
 // The machine's "attempt_end" record, as the loop breaker's history counts it.
 checkpoint::AttemptEnd attempt_end_of(const EventFields& fields) {
   checkpoint::AttemptEnd end;
-  end.resume_step = u64_field(fields, "resume_step");
-  end.committed_step = u64_field(fields, "committed_step");
-  for (const auto& f : fields)
-    if (f.key == "by_notice")
-      if (const auto* v = std::get_if<bool>(&f.value)) end.ended_by_notice = *v;
+  end.resume_step = field_value<uint64_t>(fields, "resume_step");
+  end.committed_step = field_value<uint64_t>(fields, "committed_step");
+  end.ended_by_notice = field_value<bool>(fields, "by_notice").value_or(false);
   return end;
 }
 
@@ -221,12 +213,9 @@ struct Supervisor::Impl {
                 record(r.type, r.fields);
                 if (r.type == "attempt_end") keeper->on_attempt_ended(attempt_end_of(r.fields));
                 if (r.type == "save_window")
-                  for (const auto& f : r.fields)
-                    if (f.key == "warning")
-                      if (const auto* w = std::get_if<std::string>(&f.value))
-                        spdlog::warn("{}", *w);
+                  spdlog::warn("{}", field_value<std::string>(r.fields, "warning").value_or(""));
                 if (r.type == "fallback_checkpoint")
-                  if (auto step = u64_field(r.fields, "step")) keeper->on_fallback_tried(*step);
+                  if (auto step = field_value<uint64_t>(r.fields, "step")) keeper->on_fallback_tried(*step);
               },
               [&](const command::Hook& h) {
                 auto fields = h.fields;
@@ -502,36 +491,8 @@ std::string Supervisor::state() const { return std::string(phase_name(impl_->mac
 
 std::string Supervisor::metrics_text() const {
   const Impl& m = *impl_;
-  const MachineStats s = m.machine.stats(m.now());
-  std::string out;
-  auto line = [&](const std::string& text) { out += text + "\n"; };
-  line("# HELP shardguard_restarts_total Restarts by exit class.");
-  line("# TYPE shardguard_restarts_total counter");
-  for (const char* c : {"preempted", "infrastructure", "hang", "crash", "no_progress", "no_space",
-                        "resume_failed", "resize"}) {
-    auto it = s.restarts.find(c);
-    line(std::string("shardguard_restarts_total{class=\"") + c + "\"} " +
-         std::to_string(it == s.restarts.end() ? 0 : it->second));
-  }
-  line("# TYPE shardguard_attempt gauge");
-  line("shardguard_attempt " + std::to_string(s.epoch));
-  line("# TYPE shardguard_last_committed_step gauge");
-  line("shardguard_last_committed_step " + std::to_string(s.last_committed_step));
-  line("# TYPE shardguard_lost_steps_total counter");
-  line("shardguard_lost_steps_total " + std::to_string(s.lost_steps));
-  line("# TYPE shardguard_checkpoint_seconds summary");
-  line("shardguard_checkpoint_seconds_sum " + std::to_string(s.checkpoint_seconds));
-  line("shardguard_checkpoint_seconds_count " + std::to_string(s.checkpoints));
-  line("# TYPE shardguard_nodes gauge");
-  line("shardguard_nodes " + std::to_string(s.nodes));
-  line("# TYPE shardguard_world_size gauge");
-  line("shardguard_world_size " + std::to_string(s.world_size));
-  line("# HELP shardguard_running_seconds_total Time with the ranks launched, over all attempts.");
-  line("# TYPE shardguard_running_seconds_total counter");
-  line("shardguard_running_seconds_total " +
-       std::to_string(std::chrono::duration<double>(s.running_time).count()));
-  out += goodput_metrics(m.timeline.goodput(to_unix_ms(m.d.clock.wall_now())));
-  return out;
+  return machine_metrics(m.machine.stats(m.now())) +
+         goodput_metrics(m.timeline.goodput(to_unix_ms(m.d.clock.wall_now())));
 }
 
 }  // namespace shardguard::supervisor
