@@ -1,6 +1,7 @@
 // RootedFilesystem: paths below a root resolved from its held descriptor, one component at
 // a time, with O_NOFOLLOW; see core/rooted_fs.h for the rules.
 #include "core/rooted_fs.h"
+#include "core/rooted_fs_internal.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,11 +18,7 @@
 namespace shardguard {
 namespace {
 
-// A tree deeper than this is not ours: removing it is refused rather than using a
-// descriptor per level without bound.
-constexpr int kMaxRemoveDepth = 64;
-
-std::string q(const std::string& s) { return "'" + s + "'"; }
+using namespace rooted_detail;
 
 std::string without_trailing_slashes(std::string s) {
   while (s.size() > 1 && s.back() == '/') s.pop_back();
@@ -36,16 +33,6 @@ std::string absolute_lexical(const std::string& path) {
   return without_trailing_slashes(p.lexically_normal().string());
 }
 
-std::string_view kind_text(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISLNK(mode)) return "a symbolic link";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
 class FileLockFd final : public FileLock {
  public:
   FileLockFd(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
@@ -58,76 +45,6 @@ class FileLockFd final : public FileLock {
 };
 
 }  // namespace
-
-// A descriptor, closed on destruction unless borrowed (a root's own descriptor).
-class RootedFilesystem::Fd {
- public:
-  Fd() = default;
-  Fd(int fd, bool owned) : fd_(fd), owned_(owned) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)), owned_(o.owned_) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      reset();
-      fd_ = std::exchange(o.fd_, -1);
-      owned_ = o.owned_;
-    }
-    return *this;
-  }
-  ~Fd() { reset(); }
-  int get() const { return fd_; }
-  // Gives up ownership; the caller closes it.
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  void reset() {
-    if (fd_ >= 0 && owned_) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
-  bool owned_ = true;
-};
-
-struct RootedFilesystem::Root {
-  RootOptions options;
-  std::string given;     // as configured, without trailing slashes
-  std::string absolute;  // absolute_lexical(given)
-  int fd = -1;           // the root, held open once resolved; never changes after
-};
-
-struct RootedFilesystem::Resolved {
-  Root* root = nullptr;
-  std::string path;                // as the caller gave it, for messages
-  std::vector<std::string> parts;  // components below the root
-
-  std::string below(size_t count) const {
-    std::string out = root->given;
-    for (size_t i = 0; i < count; ++i) out += "/" + parts[i];
-    return out;
-  }
-  const std::string& name() const { return parts.back(); }
-
-  Error link_refused(size_t index) const {
-    return Error(ErrorCode::kInvalid,
-                 q(path) + ": " + q(below(index + 1)) + " is a symbolic link; links below " +
-                     q(root->given) + " are never followed",
-                 ELOOP);
-  }
-  // Why opening component `index` (at `dir`) failed with `err`: a link or another kind of
-  // file is named as such; anything else is the OS's word.
-  Error open_failed(int dir, size_t index, std::string_view what, int err, bool want_dir) const {
-    struct stat st {};
-    if (::fstatat(dir, parts[index].c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-      if (S_ISLNK(st.st_mode)) return link_refused(index);
-      if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
-        return Error(ErrorCode::kInvalid,
-                     std::string(what) + " " + q(path) + ": " + q(below(index + 1)) + " is " +
-                         std::string(kind_text(st.st_mode)) +
-                         (want_dir ? ", not a directory" : ", not a regular file"),
-                     err);
-    }
-    return Error::from_errno(std::string(what) + " " + q(path), err);
-  }
-};
 
 RootedFilesystem::RootedFilesystem(std::vector<RootOptions> roots, Filesystem* outside)
     : outside_(outside) {
@@ -242,17 +159,6 @@ Status RootedFilesystem::set_owner_and_mode(const Resolved& r, int fd, bool dir)
   return {};
 }
 
-namespace {
-
-Error outside_refused(const std::string& path) {
-  return Error(ErrorCode::kInvalid, q(path) + " is outside the directories this command owns");
-}
-
-Error is_root(const std::string& what, const std::string& path) {
-  return Error(ErrorCode::kInvalid, what + " " + q(path) + ": refused on a root directory");
-}
-
-}  // namespace
 
 Result<std::unique_ptr<WritableFile>> RootedFilesystem::open_for_write(const std::string& path,
                                                                        OpenOptions options) {
@@ -370,166 +276,6 @@ Status RootedFilesystem::sync_dir(const std::string& dir) {
   if (!res) return outside_ ? outside_->sync_dir(dir) : outside_refused(dir);
   SG_ASSIGN_OR_RETURN(Fd fd, open_dir(*res, res->parts.size()));
   if (::fsync(fd.get()) != 0) return Error::from_errno("fsync directory " + q(dir), errno);
-  return {};
-}
-
-Result<std::vector<DirEntry>> RootedFilesystem::list(const std::string& dir) {
-  SG_ASSIGN_OR_RETURN(auto res, resolve(dir));
-  if (!res) return outside_ ? outside_->list(dir) : outside_refused(dir);
-  SG_ASSIGN_OR_RETURN(Fd fd, open_dir(*res, res->parts.size()));
-  // A new open file description, not a dup: a dup shares the read position, so a second
-  // listing of a held root would start where the first ended (and see nothing).
-  const int copy = ::openat(fd.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (copy < 0) return Error::from_errno("list " + q(dir), errno);
-  DIR* d = ::fdopendir(copy);
-  if (d == nullptr) {
-    const int err = errno;
-    ::close(copy);
-    return Error::from_errno("list " + q(dir), err);
-  }
-  std::vector<DirEntry> out;
-  errno = 0;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view name = e->d_name;
-    if (name == "." || name == "..") continue;
-    unsigned char type = e->d_type;
-    if (type == DT_UNKNOWN) {  // some filesystems do not fill d_type
-      struct stat st {};
-      if (::fstatat(::dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-        type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : DT_REG;
-    }
-    out.push_back({std::string(name), type == DT_DIR, type == DT_LNK});
-    errno = 0;
-  }
-  const int err = errno;
-  ::closedir(d);
-  if (err != 0) return Error::from_errno("list " + q(dir), err);
-  return out;
-}
-
-Status RootedFilesystem::remove(const std::string& path) {
-  SG_ASSIGN_OR_RETURN(auto res, resolve(path));
-  if (!res) return outside_ ? outside_->remove(path) : outside_refused(path);
-  if (res->parts.empty()) return is_root("remove", path);
-  SG_ASSIGN_OR_RETURN(Fd dir, open_dir(*res, res->parts.size() - 1));
-  if (::unlinkat(dir.get(), res->name().c_str(), 0) == 0) return {};
-  if (errno == EISDIR && ::unlinkat(dir.get(), res->name().c_str(), AT_REMOVEDIR) == 0) return {};
-  return Error::from_errno("remove " + q(path), errno);
-}
-
-namespace {
-
-// Removes everything inside the directory open at `dir` (owned by the caller), descending
-// only into real directories, each opened with O_NOFOLLOW from its parent.
-Status remove_contents(int dir, const std::string& label, int depth) {
-  if (depth > kMaxRemoveDepth)
-    return Error(ErrorCode::kInvalid, "remove " + q(label) + ": nested deeper than " +
-                                          std::to_string(kMaxRemoveDepth) + " directories");
-  const int copy = ::openat(dir, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);  // own position
-  if (copy < 0) return Error::from_errno("remove " + q(label), errno);
-  DIR* d = ::fdopendir(copy);
-  if (d == nullptr) {
-    const int err = errno;
-    ::close(copy);
-    return Error::from_errno("remove " + q(label), err);
-  }
-  std::vector<std::string> names;
-  while (const dirent* e = ::readdir(d)) {
-    const std::string_view name = e->d_name;
-    if (name != "." && name != "..") names.emplace_back(name);
-  }
-  ::closedir(d);
-  for (const auto& name : names) {
-    const std::string child = label + "/" + name;
-    if (::unlinkat(dir, name.c_str(), 0) == 0 || errno == ENOENT) continue;
-    if (errno != EISDIR) return Error::from_errno("remove " + q(child), errno);
-    const int sub = ::openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (sub < 0) {
-      if (errno == ENOENT) continue;
-      // Replaced by a link or a file since: unlink that instead, never follow it.
-      if ((errno == ELOOP || errno == ENOTDIR) && ::unlinkat(dir, name.c_str(), 0) == 0) continue;
-      return Error::from_errno("remove " + q(child), errno);
-    }
-    Status st = remove_contents(sub, child, depth + 1);
-    ::close(sub);
-    SG_RETURN_IF_ERROR(st);
-    if (::unlinkat(dir, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT)
-      return Error::from_errno("remove " + q(child), errno);
-  }
-  return {};
-}
-
-}  // namespace
-
-Status RootedFilesystem::remove_all(const std::string& path) {
-  SG_ASSIGN_OR_RETURN(auto res, resolve(path));
-  if (!res) return outside_ ? outside_->remove_all(path) : outside_refused(path);
-  if (res->parts.empty()) return is_root("remove", path);
-  auto parent = open_dir(*res, res->parts.size() - 1);
-  if (!parent.ok()) {
-    if (parent.error().sys_errno() == ENOENT) return {};  // already gone
-    return std::move(parent).error();
-  }
-  const int dir = parent->get();
-  const char* name = res->name().c_str();
-  if (::unlinkat(dir, name, 0) == 0 || errno == ENOENT) return {};
-  if (errno != EISDIR) return Error::from_errno("remove " + q(path), errno);
-  const int sub = ::openat(dir, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-  if (sub < 0) {
-    if (errno == ENOENT) return {};
-    if ((errno == ELOOP || errno == ENOTDIR) && ::unlinkat(dir, name, 0) == 0) return {};
-    return Error::from_errno("remove " + q(path), errno);
-  }
-  Status st = remove_contents(sub, path, 1);
-  ::close(sub);
-  SG_RETURN_IF_ERROR(st);
-  if (::unlinkat(dir, name, AT_REMOVEDIR) != 0 && errno != ENOENT)
-    return Error::from_errno("remove " + q(path), errno);
-  return {};
-}
-
-Status RootedFilesystem::create_dirs(const std::string& path) {
-  SG_ASSIGN_OR_RETURN(auto res, resolve(path));
-  if (!res) return outside_ ? outside_->create_dirs(path) : outside_refused(path);
-  Root& root = *res->root;
-  if (auto fd = root_fd(root); !fd.ok()) {
-    if (fd.error().code() != ErrorCode::kNotFound) return std::move(fd).error();
-    // mkdir -p of the root itself: above and at the root, the path is the user's own.
-    const std::string& given = root.given;
-    if (given.empty()) return Error(ErrorCode::kInvalid, "create directory '': empty root");
-    for (size_t at = given.front() == '/' ? 1 : 0;;) {
-      const size_t slash = given.find('/', at);
-      const std::string prefix = given.substr(0, slash);
-      if (!prefix.empty() && ::mkdir(prefix.c_str(), root.options.dir_mode) == 0) {
-        const int made = ::open(prefix.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        if (made < 0) return Error::from_errno("open directory " + q(prefix), errno);
-        Fd guard(made, true);
-        Resolved r{&root, prefix, {}};
-        SG_RETURN_IF_ERROR(set_owner_and_mode(r, made, /*dir=*/true));
-      } else if (!prefix.empty() && errno != EEXIST) {
-        return Error::from_errno("create directory " + q(prefix), errno);
-      }
-      if (slash == std::string::npos) break;
-      at = slash + 1;
-    }
-    SG_RETURN_IF_ERROR(root_fd(root));
-  }
-  SG_ASSIGN_OR_RETURN(int root_dir, root_fd(root));
-  Fd cur(root_dir, /*owned=*/false);
-  for (size_t i = 0; i < res->parts.size(); ++i) {
-    const char* name = res->parts[i].c_str();
-    const bool made = ::mkdirat(cur.get(), name, root.options.dir_mode) == 0;
-    if (!made && errno != EEXIST)
-      return Error::from_errno("create directory " + q(res->below(i + 1)), errno);
-    const int next = ::openat(cur.get(), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (next < 0)
-      return res->open_failed(cur.get(), i, "create directory", errno, /*want_dir=*/true);
-    cur = Fd(next, true);
-    if (made) {
-      Resolved r{&root, res->below(i + 1), {}};
-      SG_RETURN_IF_ERROR(set_owner_and_mode(r, next, /*dir=*/true));
-    }
-  }
   return {};
 }
 
