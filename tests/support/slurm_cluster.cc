@@ -90,8 +90,11 @@ void kill_all(const std::function<std::vector<pid_t>()>& find) {
 // Slurm's and munge's daemons by their command name: only these are matched by the files
 // they hold open (a person's `tail -f` of a log is left alone).
 bool is_daemon(pid_t pid) {
+  // Exact names: a test binary's comm ("slurm_timelimit", 15 bytes of its name) starts with
+  // "slurm" too, and a concurrent test's clean-up of a stale cluster killed one.
   const std::string comm = process_comm(pid);
-  return comm.rfind("slurm", 0) == 0 || comm == "munged";
+  return comm == "slurmctld" || comm == "slurmd" || comm == "slurmstepd" || comm == "slurmdbd" ||
+         comm == "munged";
 }
 
 std::vector<pid_t> daemons_holding(const std::string& path) {
