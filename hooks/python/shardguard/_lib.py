@@ -22,6 +22,7 @@ STATUS_NAMES = (
 )
 OK = 0
 NOT_FOUND = 3
+CANCELLED = 7
 
 
 class ShardguardError(RuntimeError):

@@ -45,7 +45,7 @@ import time
 import weakref
 
 from . import _collective, _leaves, _load, _plan, _progress, _rng, _tree
-from ._lib import NOT_FOUND, ShardguardError, check, lib, text
+from ._lib import CANCELLED, NOT_FOUND, ShardguardError, check, lib, text
 from .reader import Reader
 
 log = logging.getLogger("shardguard")
@@ -212,7 +212,8 @@ class Checkpointer:
         or `extra_state` (its own, plain JSON); rank 0 also saves lr_schedule and
         global_state (plain JSON) and commits. chunks={key: (global_shape, offsets)} marks
         top-level tensors as chunks. `reason`: None, "periodic", "final", "manual",
-        "emergency". Returns when written (sync) or snapshotted (async). Raises TypeError or
+        "emergency". Returns True when written (sync) or snapshotted (async), False when
+        the supervisor abandoned this save (a later step is asked for). Raises TypeError or
         ValueError naming the key path of what cannot be saved, SaveRefused when the ranks
         disagree, ShardguardError when the library fails."""
         step = int(step)
@@ -257,9 +258,17 @@ class Checkpointer:
             status = lib.sg_client_save(self._h, writer, why)
         del keep
         self._owed = None
+        if status == CANCELLED:
+            # Abandoned by the supervisor (every rank now saves a later step, or another
+            # rank's save failed): nothing was committed; training goes on and the next
+            # should_checkpoint() names the step to save, as with the C++ client.
+            log.warning("shardguard: the save of step %d was abandoned: %s", step,
+                        lib.sg_last_error().decode("utf-8", "replace"))
+            return False
         check(status)
         if emergency:
             self._fallback_exit = True
+        return True
 
     def _meet(self, step, infos):
         """The ranks' check before a save (torch.distributed only; see _collective.py);
