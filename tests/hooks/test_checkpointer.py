@@ -27,6 +27,28 @@ class CheckpointerTest(sgtest.TempDirCase):
         self.addCleanup(c.close)
         return c
 
+    def test_a_corrupt_block_read_through_open_resume_is_a_resume_failure(self):
+        # The example trainers read their rows through open_resume()'s Reader, not load():
+        # a flipped byte must be reported as a failed resume (exit 74 under shardguard), not
+        # raised as a plain library error (which crash-looped on the same checkpoint).
+        c = self.ckpt()
+        c.save(1, {"w": np.arange(4096, dtype=np.float32)})
+        c.close()
+        step = os.path.join(self.dir, "step-000000001")
+        shard = max((os.path.join(step, f) for f in os.listdir(step) if f.endswith(".safetensors")),
+                    key=os.path.getsize)
+        with open(shard, "r+b") as f:
+            f.seek(os.path.getsize(shard) // 2)
+            b = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([b[0] ^ 0xFF]))
+        reader = self.ckpt().open_resume()
+        self.assertIsNotNone(reader)
+        with reader:
+            with self.assertRaises(shardguard.ResumeFailed) as caught:
+                reader.read("w")
+        self.assertIn("cannot be read", str(caught.exception))
+
     def test_fresh_start(self):
         c = self.ckpt()
         self.assertIsNone(c.load())

@@ -55,6 +55,25 @@ log = logging.getLogger("shardguard")
 EXIT_AFTER_EMERGENCY = 75
 EXIT_RESUME_FAILED = 74
 
+class _ResumeReader(Reader):
+    """The resume checkpoint's Reader (Checkpointer.open_resume): a block that fails its
+    checksum while a rank reads it is reported to the supervisor like a checkpoint that fails
+    at open, whatever code does the reading; under shardguard the rank then exits with
+    EXIT_RESUME_FAILED so that the job resumes from the previous checkpoint."""
+
+    def __init__(self, handle, on_corrupt):
+        super().__init__(handle)
+        self.on_corrupt = on_corrupt
+
+    def read(self, *args, **kwargs):
+        try:
+            return super().read(*args, **kwargs)
+        except ShardguardError as e:
+            if e.status == "CORRUPT" and self.on_corrupt is not None:
+                self.on_corrupt(self, e)
+            raise
+
+
 # A piece of a tensor split across ranks: `value` holds the box at `offsets`.
 Chunk = collections.namedtuple("Chunk", ["value", "global_shape", "offsets"])
 
@@ -311,7 +330,7 @@ class Checkpointer:
             if e.status == "CORRUPT":
                 self._resume_failed(None, e)
             raise
-        return Reader(out)
+        return _ResumeReader(out, self._resume_failed)
 
     @property
     def resume_manifest(self):
@@ -331,6 +350,7 @@ class Checkpointer:
         reader = self.open_resume()
         if reader is None:
             return None
+        reader.on_corrupt = None  # load() reports it itself, by exit_on_corrupt
         with reader:
             try:
                 got = _load.read_state(reader, self.rank, boxes, as_torch, template)
