@@ -3,7 +3,12 @@
 //   kill   kill -9 of a random rank: shardguard tears the attempt down and relaunches it;
 //   term   SIGTERM to shardguard: emergency checkpoint, exit 75, then a new `shardguard run`
 //          (a new machine) with a random --nproc resumes;
-//   drain  `shardguard drain`: the same through the run's agent socket.
+//   drain  `shardguard drain`: the same through the run's agent socket;
+//   split  a second `shardguard run` on the same checkpoint directory while the first runs
+//          (split brain): it must exit 78 at once, naming the lease, and change nothing;
+//   flip   before a new `shardguard run` (after a 75), one byte of the newest checkpoint's
+//          largest shard is flipped: the resume detects it (block checksums), sets the step
+//          aside and falls back to the one before.
 // Then the run is left to finish, and `shardguard ckpt inspect --hash` of the final
 // checkpoint must equal that of the same training run without interruptions (one rank, no
 // supervisor). SHARDGUARD_TEST_SEED repeats a sequence; SHARDGUARD_DISRUPTIONS sets how many
@@ -146,14 +151,44 @@ pid_t hello_pid(const RunDirs& d, int64_t attempt, uint32_t rank) {
 }
 
 struct Tally {
-  int planned = 0, kills = 0, terms = 0, drains = 0, missed = 0, runs = 1;
+  int planned = 0, kills = 0, terms = 0, drains = 0, splits = 0, flips = 0, missed = 0, runs = 1;
   std::string text() const {
     std::ostringstream s;
     s << "of " << planned << " planned: " << kills << " kill(s), " << terms << " SIGTERM(s), "
-      << drains << " drain(s) landed, " << missed << " missed (the run had finished), " << runs << " `shardguard run`(s)";
+      << drains << " drain(s), " << splits << " second supervisor(s) landed, " << flips
+      << " flipped byte(s), " << missed << " missed (the run had finished), " << runs
+      << " `shardguard run`(s)";
     return s.str();
   }
 };
+
+// Flips one byte in the middle of the largest shard of the newest committed step; returns
+// the file, or "" when there is none.
+std::string flip_newest(const RunDirs& d) {
+  namespace fs = std::filesystem;
+  fs::path newest;
+  for (const auto& e : fs::directory_iterator(d.ckpt())) {
+    const std::string name = e.path().filename();
+    if (name.rfind("step-", 0) != 0 || !fs::exists(e.path() / "manifest.json")) continue;
+    if (newest.empty() || name > newest.filename().string()) newest = e.path();
+  }
+  if (newest.empty()) return "";
+  fs::path largest;
+  for (const auto& f : fs::directory_iterator(newest))
+    if (f.path().extension() == ".safetensors" &&
+        (largest.empty() || f.file_size() > fs::file_size(largest)))
+      largest = f.path();
+  if (largest.empty()) return "";
+  std::fstream file(largest, std::ios::in | std::ios::out | std::ios::binary);
+  const auto at = static_cast<std::streamoff>(fs::file_size(largest) / 2);
+  char c = 0;
+  file.seekg(at);
+  file.read(&c, 1);
+  c = static_cast<char>(c ^ 0xff);
+  file.seekp(at);
+  file.write(&c, 1);
+  return largest.string();
+}
 
 void disrupt_and_compare(Trainer t) {
   const uint32_t seed = test_seed();
@@ -182,6 +217,10 @@ void disrupt_and_compare(Trainer t) {
   auto relaunch = [&] {
     disrupted = std::max(disrupted, current_attempt(d));
     nproc = t.nprocs[rng() % t.nprocs.size()];
+    if (rng() % 2 == 0 && !flip_newest(d).empty()) {
+      sequence += " flip";
+      ++tally.flips;
+    }
     sequence += " -> nproc " + std::to_string(nproc);
     run = std::make_unique<Background>(argv_for(d, t, nproc), d.log());
     finished.reset();
@@ -189,7 +228,8 @@ void disrupt_and_compare(Trainer t) {
   };
 
   for (int i = 0; i < count && !(poll() && *finished == 0); ++i) {
-    const int kind = static_cast<int>(rng() % 4);  // 0, 1: kill; 2: SIGTERM; 3: drain
+    // 0, 1: kill; 2: SIGTERM; 3: drain; 4: a second supervisor
+    const int kind = static_cast<int>(rng() % 5);
     const auto delay = std::chrono::milliseconds(rng() % t.window.count());
     const uint32_t victim = static_cast<uint32_t>(rng() % nproc);
     // Wait for a new attempt of this run (and, for a kill, the victim's hello), then for
@@ -219,6 +259,20 @@ void disrupt_and_compare(Trainer t) {
       }
       ++tally.kills;
       continue;  // shardguard relaunches by itself
+    }
+    if (kind == 4) {
+      sequence += " split(+" + std::to_string(delay.count()) + "ms)";
+      Background second(argv_for(d, t, nproc), d.log());
+      const auto code = second.wait(60s);
+      INFO(sequence << "\n" << log());
+      if (poll()) {  // the first one finished meanwhile: the second may have taken over
+        ++tally.missed;
+        if (code == 0) break;
+        continue;
+      }
+      REQUIRE(code == 78);  // the lease is held: requeueing will not help
+      ++tally.splits;
+      continue;  // the first run goes on undisturbed
     }
     if (kind == 2) {
       sequence += " SIGTERM(+" + std::to_string(delay.count()) + "ms)";
