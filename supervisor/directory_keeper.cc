@@ -77,6 +77,21 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
     return {};
   }
 
+  // Quarantined steps older than [checkpoint] quarantine_keep are removed (each logged); a
+  // failure is only a warning: the evidence stays, the run goes on.
+  void expire_quarantined(Filesystem& fs, const std::string& dir, WallTime now) {
+    auto quarantined = checkpoint::list_quarantined(fs, dir);
+    if (!quarantined.ok()) return spdlog::warn("quarantine: {}", quarantined.error().message());
+    for (const auto& r : checkpoint::plan_quarantine_gc(*quarantined, now, cfg.quarantine_keep)) {
+      if (auto st = checkpoint::remove_checkpoint_dir(fs, r.dir); !st.ok()) {
+        spdlog::warn("quarantine: {}", st.error().message());
+        continue;
+      }
+      spdlog::info("removed quarantined step {} ({}), older than quarantine_keep {}",
+                   r.step, r.dir, format_duration(cfg.quarantine_keep));
+    }
+  }
+
   // The disk can never hold one more checkpoint: its free space plus everything retention
   // could remove (every step but the newest complete one, which a resume needs, and the
   // quarantined ones) is less than the newest checkpoint. A requeue on the same storage would
@@ -221,6 +236,7 @@ Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& expl
                                          "fixing the cause)");
 
   SG_RETURN_IF_ERROR(m.roll_back(fs, dir, now));
+  m.expire_quarantined(fs, dir, now);
 
   checkpoint::RetentionPolicy p{m.cfg.keep_last, m.cfg.keep_every, {}};
   m.tracker = std::make_unique<checkpoint::RetentionTracker>(dir, p);

@@ -56,6 +56,8 @@ struct JobConfig {
   VerifyMode resume_verify = VerifyMode::kSize;
   uint32_t keep_last = 3;                         // retention (0: keep all)
   uint64_t keep_every = 0;
+  // Quarantined steps are evidence: kept this long, then removed when a run starts.
+  Duration quarantine_keep = std::chrono::hours(24 * 7);
   Duration commit_timeout = std::chrono::minutes(10);
 
   // [restart]

@@ -95,6 +95,7 @@ void read_checkpoint(Section s, JobConfig& c) {
            {{"size", VerifyMode::kSize}, {"checksum", VerifyMode::kChecksum}});
   s.integer("keep_last", c.keep_last, 0, kMaxU32);
   s.integer("keep_every", c.keep_every, 0, kMaxI64);
+  s.duration("quarantine_keep", c.quarantine_keep, false, kDecade);
   s.duration("commit_timeout", c.commit_timeout, true, kDay);
   s.finish();
 }

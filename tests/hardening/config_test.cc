@@ -107,6 +107,7 @@ TEST_CASE("every key of the schema, when set, changes the configuration", "[unit
        [](auto& c) { return c.resume_verify == VerifyMode::kChecksum; }},
       {"[checkpoint]\nkeep_last = 7", [](auto& c) { return c.keep_last == 7; }},
       {"[checkpoint]\nkeep_every = 7", [](auto& c) { return c.keep_every == 7; }},
+      {"[checkpoint]\nquarantine_keep = \"7h\"", [](auto& c) { return c.quarantine_keep == 7h; }},
       {"[checkpoint]\ncommit_timeout = \"7s\"", [](auto& c) { return c.commit_timeout == 7s; }},
       {"[restart]\nbackoff_initial = \"7ms\"", [](auto& c) { return c.backoff_initial == 7ms; }},
       {"[restart]\nbackoff_max = \"7s\"", [](auto& c) { return c.backoff_max == 7s; }},

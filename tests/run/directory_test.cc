@@ -228,3 +228,39 @@ TEST_CASE("--resume-from STEP rolls back (newer steps quarantined), --resume-fro
   CHECK(field(events_named(d, "launch").back(), "resume_step") == "-1");
   CHECK(final_hash(d.ckpt()) == reference_hash(train));
 }
+
+TEST_CASE("Quarantined steps are kept for [checkpoint] quarantine_keep, then removed at start",
+          "[run][integration]") {
+  RunDirs d;
+  auto config = [&](const std::string& keep) {
+    std::ofstream(d.config()) << "[job]\ncheckpoint_dir = \"" << d.ckpt() << "\"\n"
+                              << "run_dir = \"" << d.run() << "\"\n"
+                              << "[checkpoint]\nevery_steps = 50\nquarantine_keep = \"" << keep
+                              << "\"\n";
+  };
+  const std::vector<std::string> train = {"--steps", "120", "--rows", "16", "--log-every", "0"};
+  config("1h");
+  {
+    Background run(run_argv(d, 1, train), d.log());
+    REQUIRE(run.wait(60s) == 0);
+  }
+  const auto q = run_command(shardguard_bin() + " ckpt quarantine " + d.ckpt() +
+                             " --step 100 --reason 'suspect weights'");
+  REQUIRE(q.exit_code == 0);
+  std::this_thread::sleep_for(1200ms);
+  {  // kept: younger than an hour
+    Background run(run_argv(d, 1, train), d.log());
+    REQUIRE(run.wait(60s) == 0);
+  }
+  CHECK_THAT(run_command(shardguard_bin() + " ckpt ls " + d.ckpt()).out,
+             Catch::Contains("suspect weights"));
+  config("1s");
+  {  // removed: older than a second
+    Background run(run_argv(d, 1, train), d.log());
+    REQUIRE(run.wait(60s) == 0);
+  }
+  INFO(slurp(d.log()));
+  CHECK_THAT(slurp(d.log()), Catch::Contains("removed quarantined step 100"));
+  CHECK_THAT(run_command(shardguard_bin() + " ckpt ls " + d.ckpt()).out,
+             !Catch::Contains("suspect weights"));
+}
