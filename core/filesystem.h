@@ -125,6 +125,10 @@ class FileLock {
   virtual const std::string& path() const = 0;
 };
 
+// A lock held through an open descriptor `fd` (flock'ed by the caller), which it owns:
+// destroying it closes `fd`, which releases the lock.
+std::unique_ptr<FileLock> lock_held_by_fd(int fd, std::string path);
+
 enum class LockStatus {
   kAcquired,     // this process holds the lock now
   kHeld,         // another open file (process) holds it

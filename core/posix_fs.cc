@@ -182,10 +182,10 @@ class MappedRandomAccessFile final : public RandomAccessFile {
   std::unique_ptr<MappedFile> file_;
 };
 
-class PosixFileLock final : public FileLock {
+class FdFileLock final : public FileLock {
  public:
-  PosixFileLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  ~PosixFileLock() override { ::close(fd_); }  // closing the last descriptor unlocks
+  FdFileLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~FdFileLock() override { ::close(fd_); }  // closing the last descriptor unlocks
   const std::string& path() const override { return path_; }
 
  private:
@@ -194,6 +194,10 @@ class PosixFileLock final : public FileLock {
 };
 
 }  // namespace
+
+std::unique_ptr<FileLock> lock_held_by_fd(int fd, std::string path) {
+  return std::make_unique<FdFileLock>(fd, std::move(path));
+}
 
 Status RandomAccessFile::read_exact(uint64_t offset, std::span<std::byte> out) const {
   SG_ASSIGN_OR_RETURN(size_t n, read_at(offset, out));
@@ -437,7 +441,7 @@ Result<LockAttempt> PosixFilesystem::try_lock_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, kDefaultFileMode);
   if (fd < 0) return Error::from_errno("open " + q(path), errno);
   if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
-    return LockAttempt{LockStatus::kAcquired, std::make_unique<PosixFileLock>(fd, path), 0};
+    return LockAttempt{LockStatus::kAcquired, lock_held_by_fd(fd, path), 0};
   const int err = errno;
   ::close(fd);
   if (err == EWOULDBLOCK) return LockAttempt{LockStatus::kHeld, nullptr, err};

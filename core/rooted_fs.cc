@@ -33,17 +33,6 @@ std::string absolute_lexical(const std::string& path) {
   return without_trailing_slashes(p.lexically_normal().string());
 }
 
-class FileLockFd final : public FileLock {
- public:
-  FileLockFd(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  ~FileLockFd() override { ::close(fd_); }  // closing the last descriptor unlocks
-  const std::string& path() const override { return path_; }
-
- private:
-  int fd_;
-  std::string path_;
-};
-
 }  // namespace
 
 RootedFilesystem::RootedFilesystem(std::vector<RootOptions> roots, Filesystem* outside)
@@ -352,7 +341,7 @@ Result<LockAttempt> RootedFilesystem::try_lock_file(const std::string& path) {
         "open " + q(path) + ": is " + std::string(kind_text(st.st_mode)) + ", not a regular file");
   if (created) SG_RETURN_IF_ERROR(set_owner_and_mode(*res, fd, /*dir=*/false));
   if (::flock(fd, LOCK_EX | LOCK_NB) == 0)
-    return LockAttempt{LockStatus::kAcquired, std::make_unique<FileLockFd>(file.release(), path),
+    return LockAttempt{LockStatus::kAcquired, lock_held_by_fd(file.release(), path),
                        0};
   const int err = errno;
   if (err == EWOULDBLOCK) return LockAttempt{LockStatus::kHeld, nullptr, err};
