@@ -243,6 +243,8 @@ void evidence(std::string& out, const TimelineView& v) {
   section("Checkpoint problems",
           {"checkpoint_failed", "resume_failed", "resume_skipped", "quarantined",
            "quarantine_failed", "stale_commit", "commit_claim_rejected"});
+  section("Divergence (loss / gradient norm anomalies and rollbacks)",
+          {"divergence", "guard_rollback", "guard_recovered"});
   section("Other", {"launch_failed", "give_up", "implausible_step"});
 }
 

@@ -139,6 +139,15 @@ void sg_client_heartbeat(sg_client* c, uint64_t step) {
   });
 }
 
+sg_status sg_client_report_scalar(sg_client* c, const char* name, uint64_t step, double value) {
+  return boundary("sg_client_report_scalar", [&]() -> sg_status {
+    if (!options_of(c)) return fail(ErrorCode::kInvalid, "sg_client_report_scalar: no client");
+    if (name == nullptr) return fail(ErrorCode::kInvalid, "sg_client_report_scalar: no name");
+    if (auto st = c->client->report_scalar(name, step, value); !st.ok()) return fail(st.error());
+    return SG_OK;
+  });
+}
+
 int sg_client_should_checkpoint(sg_client* c, uint64_t step) {
   return boundary_value(
       0, [&] { return options_of(c) && c->client->should_checkpoint(step) ? 1 : 0; });

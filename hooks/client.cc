@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -78,6 +79,9 @@ struct Client::Impl {
   uint64_t last_step = 0;
   std::optional<uint64_t> last_checked;  // the last step given to should_checkpoint
   SteadyTime last_heartbeat{};
+  // Scalars reported since the last heartbeat went out (the divergence guard's input).
+  StepScalars pending_scalars;
+  bool pending_nonfinite = false;  // one of them is NaN or Inf: send at once
 
   // Async saves.
   checkpoint::StagingBuffer staging;
@@ -335,13 +339,31 @@ void Client::report_resume_failure(const Error& error, const checkpoint::Checksu
 void Client::heartbeat(uint64_t step) {
   impl_->report_signals();
   const auto now = impl_->clock.now();
+  Heartbeat beat{step, {}};
   {
     std::lock_guard lock(impl_->mu);
     impl_->last_step = step;
-    if (now - impl_->last_heartbeat < 100ms && impl_->last_heartbeat != SteadyTime{}) return;
+    // A NaN or an infinity goes out at once: every step trained on bad weights is wasted.
+    if (now - impl_->last_heartbeat < 100ms && impl_->last_heartbeat != SteadyTime{} &&
+        !impl_->pending_nonfinite)
+      return;
     impl_->last_heartbeat = now;
+    beat.scalars = std::exchange(impl_->pending_scalars, {});
+    impl_->pending_nonfinite = false;
   }
-  impl_->send(Heartbeat{step});
+  impl_->send(beat);
+}
+
+Status Client::report_scalar(std::string_view name, uint64_t step, double value) {
+  std::lock_guard lock(impl_->mu);
+  auto* slot = impl_->pending_scalars.find(name);
+  if (slot == nullptr)
+    return Error(ErrorCode::kInvalid, "report_scalar: unknown scalar '" + std::string(name) +
+                                          "' (known: loss, grad_norm)");
+  if (!*slot) *slot = ScalarWindow{};
+  (*slot)->add(step, value);
+  if (!std::isfinite(value)) impl_->pending_nonfinite = true;
+  return {};
 }
 
 bool Client::should_checkpoint(uint64_t step) {
@@ -434,7 +456,7 @@ Status Client::save(checkpoint::ShardWriter writer, std::optional<checkpoint::Sa
       if (auto e = this->emergency()) deadline = e->deadline;
     }
     Status st = m.persist(std::move(writer), emergency, deadline, reason);
-    m.send(Heartbeat{step});  // the save is over: this rank is not stuck in it
+    m.send(Heartbeat{step, {}});  // the save is over: this rank is not stuck in it
     return st;
   }
   auto copied = writer.snapshot(m.staging);
@@ -444,7 +466,7 @@ Status Client::save(checkpoint::ShardWriter writer, std::optional<checkpoint::Sa
     return std::move(copied).error();
   }
   m.save_result.reset();
-  m.send(Heartbeat{step});  // the training thread goes on
+  m.send(Heartbeat{step, {}});  // the training thread goes on
   m.saver = std::thread([&m, reason, w = std::move(writer)]() mutable {
     m.save_result = m.persist(std::move(w), false, WallTime{}, reason);
   });

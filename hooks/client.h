@@ -68,6 +68,10 @@ struct ClientOptions {
   // tensor bytes. 0: from this rank's file in the resume manifest, or else the first save
   // sizes it (see reserve()).
   uint64_t staging_bytes = 0;
+  // Data batches to skip past the resume position (SHARDGUARD_SKIP_BATCHES, set by the
+  // supervisor on a relaunch after the divergence guard rolled back past bad data): the job's
+  // loader draws and drops this many batches once, right after resuming.
+  uint64_t skip_batches = 0;
   Duration commit_timeout = std::chrono::minutes(10);  // SHARDGUARD_COMMIT_TIMEOUT_MS
   ClientDeps deps;
 };
@@ -94,8 +98,14 @@ class Client {
   // kNotFound on a fresh start.
   Result<checkpoint::CheckpointReader> open_resume() const;
 
-  // Tells the agent this rank reached `step` (at most one message per 100 ms).
+  // Tells the agent this rank reached `step` (at most one message per 100 ms, sooner when a
+  // reported scalar is NaN or infinite), with the scalars reported since the last one.
   void heartbeat(uint64_t step);
+  // The value of a training scalar at `step` ("loss", or "grad_norm"), for the supervisor's
+  // divergence guard; call it before heartbeat(step). Values are aggregated until the next
+  // heartbeat goes out (first and last step, last, min, max, the first NaN or Inf), so calling
+  // it every step costs no messages. kInvalid for another name.
+  Status report_scalar(std::string_view name, uint64_t step, double value);
   // True when this step must be saved: the periodic schedule, or a request of the supervisor
   // (checkpoint_now) whose at_step has been reached. Under shardguard the supervisor picks
   // the step of every save it asks for; a rank that was already past it when the request

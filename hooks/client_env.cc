@@ -81,6 +81,7 @@ Result<ClientOptions> options_from_env(ClientOptions o) {
   }
   SG_ASSIGN_OR_RETURN(o.every_steps, env_u64("SHARDGUARD_CHECKPOINT_EVERY_STEPS", o.every_steps));
   SG_ASSIGN_OR_RETURN(o.staging_bytes, env_u64("SHARDGUARD_STAGING_BYTES", o.staging_bytes));
+  SG_ASSIGN_OR_RETURN(o.skip_batches, env_u64("SHARDGUARD_SKIP_BATCHES", o.skip_batches));
   // The job's [checkpoint] commit_timeout, set by the supervisor.
   SG_ASSIGN_OR_RETURN(uint64_t commit_ms,
                       env_u64("SHARDGUARD_COMMIT_TIMEOUT_MS",

@@ -50,7 +50,7 @@ struct ControlServer::Impl {
       r.last_heartbeat = clock.now();
       // The client heartbeats right after a save: the save no longer blocks this rank.
       if (r.saving && hb->step >= *r.saving) r.saving.reset();
-      if (opt.events.on_heartbeat) opt.events.on_heartbeat(r);
+      if (opt.events.on_heartbeat) opt.events.on_heartbeat(r, hb->scalars);
     } else if (auto* b = std::get_if<CheckpointBegin>(&*msg)) {
       r.saving = b->step;
       if (opt.events.on_checkpoint_begin) opt.events.on_checkpoint_begin(r.rank, b->step);

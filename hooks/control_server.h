@@ -41,7 +41,8 @@ struct RankStatus {
 
 struct ControlEvents {
   std::function<void(const RankStatus&)> on_hello;
-  std::function<void(const RankStatus&)> on_heartbeat;
+  // With the loss / grad_norm windows the heartbeat carried (empty when the job reports none).
+  std::function<void(const RankStatus&, const StepScalars&)> on_heartbeat;
   std::function<void(uint32_t rank, uint64_t step)> on_checkpoint_begin;
   std::function<void(uint32_t rank, uint64_t step, const std::string& manifest)> on_committed;
   std::function<void(uint32_t rank, uint64_t step, const std::string& error)> on_failed;

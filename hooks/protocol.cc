@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include "checkpoint/strict_json.h"
+#include "hooks/scalars_json.h"
 
 #include <set>
 
@@ -55,6 +56,13 @@ class Reader {
     SG_ASSIGN_OR_RETURN(uint64_t v, u64(key));
     if (v > UINT32_MAX) return wrong(key, "a 32-bit integer");
     return static_cast<uint32_t>(v);
+  }
+  // nullptr when the field is absent.
+  const json::value* optional(std::string_view key) {
+    auto it = o_.find(key);
+    if (it == o_.end()) return nullptr;
+    seen_.emplace(key);
+    return &it->value();
   }
   Status finish() const {
     for (const auto& kv : o_) {
@@ -170,7 +178,10 @@ std::string encode(const JobMessage& m) {
                         o["job_id"] = h.job_id;
                         o["attempt"] = h.attempt;
                       },
-                      [&](const Heartbeat& h) { o["step"] = h.step; },
+                      [&](const Heartbeat& h) {
+                        o["step"] = h.step;
+                        if (!h.scalars.empty()) o["scalars"] = encode_scalars(h.scalars);
+                      },
                       [&](const CheckpointBegin& c) { o["step"] = c.step; },
                       [&](const CheckpointCommitted& c) {
                         o["step"] = c.step;
@@ -237,8 +248,12 @@ Result<JobMessage> decode_job_message(std::string_view text) {
     }));
   if (type == "heartbeat")
     return wrap(finish<Heartbeat>(r, [&]() -> Result<Heartbeat> {
-      SG_ASSIGN_OR_RETURN(uint64_t step, r.u64("step"));
-      return Heartbeat{step};
+      Heartbeat h;
+      SG_ASSIGN_OR_RETURN(h.step, r.u64("step"));
+      if (const json::value* s = r.optional("scalars")) {
+        SG_ASSIGN_OR_RETURN(h.scalars, decode_scalars(*s, "heartbeat"));
+      }
+      return h;
     }));
   if (type == "checkpoint_begin")
     return wrap(finish<CheckpointBegin>(r, [&]() -> Result<CheckpointBegin> {

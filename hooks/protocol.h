@@ -1,7 +1,7 @@
 // The control protocol between a training job's ranks and the local agent: one JSON object
 // per line over a Unix socket (DESIGN.md section 4), versioned, strictly parsed.
 //
-//   job -> agent : hello, heartbeat{step}, checkpoint_begin{step},
+//   job -> agent : hello, heartbeat{step, scalars?}, checkpoint_begin{step},
 //                  checkpoint_committed{step, manifest}, checkpoint_failed{step, error},
 //                  passed{step}, resume_failed{manifest, file, offset, error},
 //                  signal{name}
@@ -13,7 +13,12 @@
 // the wrong type, unknown fields and repeated keys are errors (the agent answers with `error`
 // and keeps serving). Version 2 made the kind of a checkpoint request a typed field (version 1
 // encoded it in the reason) and added passed, resume_failed and abort_save; `signal` joined
-// it later (an agent that predates it answers `error`, and the client keeps training).
+// it later (an agent that predates it answers `error`, and the client keeps training), and so
+// did a heartbeat's optional `scalars` (the loss and gradient norm of the steps since the last
+// heartbeat, for the divergence guard):
+//   "scalars":{"loss":{"from":S0,"to":S1,"n":N,"last":X,"min":X,"max":X,"nonfinite_at":S}}
+// with "nonfinite_at" present only when a step of the window had a NaN or an infinity, and
+// last/min/max finite numbers (0 when n is 0).
 // Thread-safety: pure functions.
 #pragma once
 
@@ -23,6 +28,7 @@
 #include <variant>
 
 #include "core/result.h"
+#include "core/scalar_window.h"
 
 namespace shardguard::hooks {
 
@@ -39,6 +45,7 @@ struct Hello {
 };
 struct Heartbeat {
   uint64_t step = 0;
+  StepScalars scalars;  // empty: the job reports none
 };
 struct CheckpointBegin {
   uint64_t step = 0;

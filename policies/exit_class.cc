@@ -55,6 +55,8 @@ std::string_view exit_class_name(ExitClass c) {
       return "resume_failed";
     case ExitClass::kResize:
       return "resize";
+    case ExitClass::kDivergence:
+      return "divergence";
   }
   return "unknown";
 }
@@ -62,6 +64,7 @@ std::string_view exit_class_name(ExitClass c) {
 ExitClass classify_exit(const ExitContext& context) {
   if (context.node_unhealthy) return ExitClass::kInfrastructure;
   if (context.notice_active) return ExitClass::kPreempted;
+  if (context.diverged) return ExitClass::kDivergence;
   if (context.resize) return ExitClass::kResize;
   if (context.resume_failed) return ExitClass::kResumeFailed;
   if (context.save_out_of_space) return ExitClass::kNoSpace;
@@ -86,6 +89,7 @@ std::string describe_exit(const ExitContext& context) {
   if (context.save_out_of_space) s += "; a save failed: disk full";
   if (context.resume_failed) s += "; the resume checkpoint failed verification";
   if (context.resize) s += "; stopped to resize the job";
+  if (context.diverged) s += "; stopped by the divergence guard";
   if (context.torn_down_by_us) s += "; remaining ranks torn down by shardguard";
   return s;
 }

@@ -13,14 +13,15 @@ namespace shardguard::policies {
 // kNoSpace: a save failed because the disk is full (its own budget; never a fresh start).
 // kResumeFailed: a rank found the resume checkpoint corrupt (it is quarantined; the next attempt
 // falls back to the previous one without burning the crash budget). kResize: the job was
-// stopped on purpose to grow onto returning nodes (no budget).
+// stopped on purpose to grow onto returning nodes (no budget). kDivergence: the divergence
+// guard stopped the attempt to roll back past bad weights (its own count, [guard] rollbacks).
 enum class ExitClass {
   kSuccess, kPreempted, kInfrastructure, kHang, kCrash, kNoProgress, kNoSpace, kResumeFailed,
-  kResize
+  kResize, kDivergence
 };
 
 // "success", "preempted", "infrastructure", "hang", "crash", "no_progress", "no_space",
-// "resume_failed", "resize".
+// "resume_failed", "resize", "divergence".
 std::string_view exit_class_name(ExitClass c);
 
 struct RankExit {
@@ -40,11 +41,12 @@ struct ExitContext {
   bool save_out_of_space = false;  // a save failed with ENOSPC in this attempt
   bool resume_failed = false;    // a rank reported the resume checkpoint corrupt
   bool resize = false;           // stopped on purpose to change the number of nodes
+  bool diverged = false;         // the divergence guard stopped it
   std::vector<int> preemption_exit_codes;
 };
 
 // First rule that matches: node_unhealthy -> kInfrastructure; notice_active -> kPreempted;
-// resize -> kResize; resume_failed -> kResumeFailed; save_out_of_space -> kNoSpace;
+// diverged -> kDivergence; resize -> kResize; resume_failed -> kResumeFailed; save_out_of_space -> kNoSpace;
 // hang_detected -> kHang; node_lost -> kInfrastructure; a (non-signal) exit code listed in
 // preemption_exit_codes -> kPreempted; at least one exit and all of them code 0 -> kSuccess;
 // otherwise kCrash.

@@ -27,6 +27,8 @@ RestartDecision RestartPolicy::on_exit(ExitClass c, SteadyTime now,
     return {false, false, "success"};
   }
   if (c == ExitClass::kResize) return {true, false, "resize: relaunching on the new set of nodes"};
+  if (c == ExitClass::kDivergence)
+    return {true, false, "divergence: relaunching from the checkpoint before the anomaly"};
   const std::string name(exit_class_name(c));
   Stall stall = track_progress(c, resume_step, committed_step);
   if (stall.action == Stall::Action::kGiveUp)
@@ -124,7 +126,7 @@ void RestartPolicy::seed(std::map<std::optional<uint64_t>, uint32_t> failed_resu
 }
 
 uint32_t RestartPolicy::restarts_in_window(ExitClass c, SteadyTime now) const {
-  if (c == ExitClass::kSuccess || c == ExitClass::kResize) return 0;
+  if (c == ExitClass::kSuccess || c == ExitClass::kResize || c == ExitClass::kDivergence) return 0;
   const Duration window = budget(c).window;
   const auto& granted = history(c);
   return static_cast<uint32_t>(std::count_if(
@@ -132,13 +134,13 @@ uint32_t RestartPolicy::restarts_in_window(ExitClass c, SteadyTime now) const {
 }
 
 std::vector<SteadyTime> RestartPolicy::granted(ExitClass c) const {
-  if (c == ExitClass::kSuccess || c == ExitClass::kResize) return {};
+  if (c == ExitClass::kSuccess || c == ExitClass::kResize || c == ExitClass::kDivergence) return {};
   const auto& h = history(c);
   return {h.begin(), h.end()};
 }
 
 void RestartPolicy::restore_granted(ExitClass c, const std::vector<SteadyTime>& times) {
-  if (c == ExitClass::kSuccess || c == ExitClass::kResize) return;
+  if (c == ExitClass::kSuccess || c == ExitClass::kResize || c == ExitClass::kDivergence) return;
   auto& h = history(c);
   h.assign(times.begin(), times.end());
   std::sort(h.begin(), h.end());

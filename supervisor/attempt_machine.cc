@@ -42,7 +42,8 @@ void AttemptMachine::Impl::begin_attempt(Now now) {
   attempt.emplace();
   attempt->epoch = epoch;
   attempt->start = now.steady;
-  out.push_back(command::FindResume{epoch, skip_steps});
+  guard.reset();  // the new attempt's ranks start from a checkpoint: fresh medians
+  out.push_back(command::FindResume{epoch, skip_steps, guard_skip_from()});
 }
 
 void AttemptMachine::Impl::on(Now now, const event::ResumeFound& e) {
@@ -87,6 +88,7 @@ void AttemptMachine::Impl::on(Now now, const event::ResumeFound& e) {
   launch.master_port = static_cast<uint16_t>(port);
   launch.resume_step = e.step;
   launch.resume_manifest = e.manifest;
+  launch.skip_batches = guard_resume_found(a.epoch, e.step);
   a.master_addr = launch.master_addr;
   a.master_port = launch.master_port;
   out.push_back(launch);
@@ -97,7 +99,8 @@ void AttemptMachine::Impl::on(Now now, const event::ResumeFound& e) {
                     {"nodes", node_list},
                     {"master_port", uint64_t{launch.master_port}},
                     {"resume_step", e.step ? int64_t(*e.step) : int64_t{-1}},
-                    {"resume_manifest", e.manifest}});
+                    {"resume_manifest", e.manifest},
+                    {"skip_batches", launch.skip_batches}});
   arm_health(now);
   arm_periodic(now);
 }
@@ -206,10 +209,13 @@ void AttemptMachine::Impl::attempt_ended(Now now) {
   ctx.save_out_of_space = a.save_out_of_space;
   ctx.resume_failed = a.resume_failed;
   ctx.resize = a.resize;
+  ctx.diverged = a.divergence.has_value();
   ctx.preemption_exit_codes = cfg.preemption_exit_codes;
   const policies::ExitClass cls = policies::classify_exit(ctx);
   const std::string detail = policies::describe_exit(ctx);
-  const uint64_t base = std::max(a.resume_step.value_or(0), a.committed.value_or(0));
+  uint64_t base = std::max(a.resume_step.value_or(0), a.committed.value_or(0));
+  // Checkpoints from the anomaly on are set aside: what was computed after it is lost.
+  if (a.divergence) base = std::min(base, guard_state.suspect_from > 0 ? guard_state.suspect_from - 1 : 0);
   const uint64_t lost = cls == policies::ExitClass::kSuccess || a.max_step <= base ? 0 : a.max_step - base;
   lost_steps += lost;
   last_attempt_lost = lost;
@@ -248,6 +254,7 @@ void AttemptMachine::Impl::attempt_ended(Now now) {
     emergency.reset();
     return relaunch_after(now, policies::ExitClass::kPreempted, "preempted: nodes left", detail, a);
   }
+  if (a.divergence) return guard_attempt_ended(now, a, detail);
   if (cls == policies::ExitClass::kSuccess)
     return finish(now, command::FinalState::kSucceeded, kExitOk, "every rank exited 0");
   relaunch_after(now, cls, "", detail, a);
@@ -272,10 +279,11 @@ void AttemptMachine::Impl::relaunch_after(Now now, policies::ExitClass cls, cons
     out.push_back(command::Quarantine{*a.resume_step, a.resume_manifest,
                                       "loop breaker: " + decision.reason});
   }
-  if (cls != policies::ExitClass::kPreempted && cls != policies::ExitClass::kResize)
-    failure_rate.record_failure(now.steady);
+  // A resize or a rollback is a decision, not a failure: no failure counted, no backoff.
+  const bool decided = cls == policies::ExitClass::kResize || cls == policies::ExitClass::kDivergence;
+  if (cls != policies::ExitClass::kPreempted && !decided) failure_rate.record_failure(now.steady);
   if (now.steady - a.start >= cfg.healthy_after) backoff.reset();
-  const Duration delay = cls == policies::ExitClass::kResize ? Duration{0} : backoff.next();
+  const Duration delay = decided ? Duration{0} : backoff.next();
   const std::string reason = why.empty() ? decision.reason : why;
   record("backoff", {{"attempt", a.epoch}, {"class", name}, {"seconds", to_seconds(delay)},
                      {"why", reason}});

@@ -21,6 +21,7 @@
 
 #include "policies/backoff.h"
 #include "policies/checkpoint_interval.h"
+#include "policies/divergence_guard.h"
 #include "policies/restart_policy.h"
 #include "policies/save_window.h"
 #include "supervisor/coordinator_log.h"
@@ -77,6 +78,9 @@ struct MachineConfig {
   IntervalMode interval_mode = IntervalMode::kSteps;
   Duration every = std::chrono::minutes(30);  // kTime
   Duration mtbf = std::chrono::hours(4);      // kAuto: prior for the failure rate
+
+  // The divergence guard (machine_guard.cc): loss / grad_norm rules, rollbacks, skipped batches.
+  policies::GuardOptions guard;
 };
 
 inline constexpr uint16_t kMasterPortSpan = 100;

@@ -51,6 +51,7 @@ struct AttemptState {
   bool resize = false;
   bool save_out_of_space = false;
   bool resume_failed = false;
+  std::optional<policies::Anomaly> divergence;  // the guard stopped this attempt
   std::optional<std::string> launch_error;  // the command cannot start: give up
   std::optional<event::Abort> abort;        // the job cannot go on here: end after teardown
   std::optional<uint64_t> committed;  // newest step committed in this attempt
@@ -81,6 +82,21 @@ struct EmergencyState {
   bool requested = false;       // checkpoint_now went out in this attempt
 };
 
+// The divergence guard's memory across attempts (machine_guard.cc).
+struct GuardState {
+  // Rollbacks since a checkpoint last committed past an anomaly; at options.rollbacks the next
+  // anomaly gives up.
+  uint32_t rollbacks = 0;
+  uint64_t last_anomaly_step = 0;
+  uint64_t suspect_from = 0;          // the last anomaly's suspect range starts here
+  std::optional<uint64_t> skip_from;  // the next FindResume skips steps >= this
+  bool rolled_back = false;           // rollback_to is the checkpoint the last rollback chose
+  std::optional<uint64_t> rollback_to;
+  bool choosing = false;              // the next ResumeFound is that choice
+  bool gave_up = false;
+  std::vector<std::string> history;   // one line per anomaly, for the give-up report
+};
+
 struct AttemptMachine::Impl {
   MachineConfig cfg;
   policies::RestartPolicy policy;
@@ -88,6 +104,8 @@ struct AttemptMachine::Impl {
   policies::CheckpointCostEstimator cost;
   double save_window_warned = 0;  // the fraction last warned about (warn again at 1.25x)
   policies::FailureRateEstimator failure_rate;
+  policies::DivergenceGuard guard;
+  GuardState guard_state;
 
   Phase phase = Phase::kPending;
   bool finished = false;
@@ -120,7 +138,10 @@ struct AttemptMachine::Impl {
   Commands out;  // filled by the handlers of one call
 
   Impl(MachineConfig c, std::function<double()> uniform01)
-      : cfg(std::move(c)), policy(cfg.restart), backoff(cfg.backoff, std::move(uniform01)) {}
+      : cfg(std::move(c)),
+        policy(cfg.restart),
+        backoff(cfg.backoff, std::move(uniform01)),
+        guard(cfg.guard) {}
 
   // --- output helpers -------------------------------------------------------------------
   // After a commit: does a save of this length fit the shortest notice? Warns once, and again
@@ -183,6 +204,20 @@ struct AttemptMachine::Impl {
   std::string emergency_summary() const;
   uint64_t margin(Now now) const;
   uint64_t known_max_step() const;
+
+  // --- machine_guard.cc -----------------------------------------------------------------
+  // A heartbeat's scalars: an anomaly stops the attempt (rollback, or give up).
+  void check_scalars(Now now, uint32_t rank, const StepScalars& scalars);
+  void diverged(Now now, const policies::Anomaly& anomaly);
+  // A commit while the guard is involved: set aside when suspect; progress past the last
+  // anomaly starts the rollback count again.
+  // True when the commit is suspect (set aside).
+  bool guard_committed(const event::Committed& e);
+  // FindResume's skip_from, and the Launch's skip_batches for the checkpoint found.
+  std::optional<uint64_t> guard_skip_from() const { return guard_state.skip_from; }
+  uint64_t guard_resume_found(Epoch epoch, std::optional<uint64_t> step);
+  // The attempt the guard stopped is over: relaunch from before the anomaly, or give up.
+  void guard_attempt_ended(Now now, const AttemptState& ended, const std::string& detail);
 
   // --- machine_health.cc ----------------------------------------------------------------
   void on(Now, const event::TimerFired&);

@@ -40,7 +40,7 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   bool giving_up = false;
   std::string job_id;
   // Steps to forward, by epoch and rank (the newest wins).
-  std::map<uint32_t, uint64_t> pending_steps;
+  std::map<uint32_t, event::RankStep> pending_steps;  // scalar windows merged
   Epoch pending_epoch = 0;
   std::deque<Event> buffered;  // while away
   std::map<uint64_t, agent::Notice> notices;
@@ -165,7 +165,12 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
     if (auto* h = std::get_if<event::Heartbeats>(&e)) {
       if (h->epoch != pending_epoch) pending_steps.clear();
       pending_epoch = h->epoch;
-      for (const auto& r : h->ranks) pending_steps[r.rank] = r.step;
+      for (const auto& r : h->ranks) {
+        auto [it, fresh] = pending_steps.try_emplace(r.rank, r);
+        if (fresh) continue;
+        it->second.step = std::max(it->second.step, r.step);
+        it->second.scalars.merge(r.scalars);
+      }
       if (!flush_timer->armed()) flush_timer->arm(opt.step_forward_interval, [this] { flush_steps(); });
       return;
     }
@@ -180,7 +185,7 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
     flush_timer->cancel();
     if (pending_steps.empty() || !in_session) return;
     event::Heartbeats h{pending_epoch, {}, std::nullopt};
-    for (const auto& [rank, step] : pending_steps) h.ranks.push_back({rank, step});
+    for (auto& [rank, step] : pending_steps) h.ranks.push_back(std::move(step));
     pending_steps.clear();
     send(Event(std::move(h)));
   }

@@ -326,6 +326,40 @@ void DirectoryKeeper::quarantine(uint64_t step, const std::string& reason,
       });
 }
 
+void DirectoryKeeper::quarantine_from(uint64_t from, const std::string& reason,
+                                      std::function<void(std::vector<QuarantineOutcome>)> done) {
+  Impl& m = *impl_;
+  Filesystem& fs = m.d.fs;
+  auto self = m.weak();
+  run_off_loop<std::vector<QuarantineOutcome>>(
+      m.d.worker,
+      [&fs, dir = m.cfg.checkpoint_dir, from, reason, now = m.d.clock.wall_now()] {
+        std::vector<QuarantineOutcome> out;
+        auto steps = checkpoint::list_checkpoints(fs, dir, checkpoint::Verify::kSize);
+        if (!steps.ok()) {
+          QuarantineOutcome failed;
+          failed.step = from;
+          failed.error = steps.error().message();
+          out.push_back(std::move(failed));
+          return out;
+        }
+        for (const auto& e : *steps) {
+          if (e.step < from) continue;
+          QuarantineOutcome o;
+          o.step = e.step;
+          auto q = checkpoint::quarantine_step(fs, dir, e.step, reason, now, "shardguard run");
+          if (q.ok()) o.path = q->dir;
+          else o.error = q.error().message();
+          out.push_back(std::move(o));
+        }
+        return out;
+      },
+      [self, done = std::move(done)](std::vector<QuarantineOutcome> r) {
+        if (self.expired()) return;
+        done(std::move(r));
+      });
+}
+
 void DirectoryKeeper::make_room() {
   Impl& m = *impl_;
   if (!m.tracker || !m.newest_bytes) return;

@@ -20,6 +20,12 @@
 
 namespace shardguard::supervisor {
 
+struct QuarantineOutcome {
+  uint64_t step = 0;
+  std::string path;   // the step's new directory, when it moved
+  std::string error;  // why it could not move
+};
+
 class DirectoryKeeper {
  public:
   DirectoryKeeper(const io::Deps& deps, const JobConfig& config);
@@ -52,6 +58,10 @@ class DirectoryKeeper {
   // path or the error, on the loop thread.
   void quarantine(uint64_t step, const std::string& reason,
                   std::function<void(Result<std::string>)> done);
+  // Sets aside every checkpoint of step `from` or later, complete or not (the divergence
+  // guard's rollback); `done` gets "step N -> path" or "step N: error" per step, on the loop.
+  void quarantine_from(uint64_t from, const std::string& reason,
+                       std::function<void(std::vector<QuarantineOutcome>)> done);
   // Before an emergency save: when the free space under the checkpoint directory is less than
   // one checkpoint (the newest one's size), frees space in retention's order, logging each.
   void make_room();

@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "hooks/lifecycle.h"
 #include "policies/checkpoint_interval.h"
+#include "policies/divergence_guard.h"
 
 namespace shardguard::supervisor {
 
@@ -108,6 +109,10 @@ struct JobConfig {
   // IP address the metrics endpoint binds to ("0.0.0.0" to be scraped from another host);
   // empty: SHARDGUARD_METRICS_ADDRESS, else 127.0.0.1.
   std::string metrics_address;
+
+  // [guard]: the divergence guard (policies/divergence_guard.h). It acts on the scalars the
+  // job reports with its heartbeats (loss, grad_norm); a job that reports none is not guarded.
+  policies::GuardOptions guard;
 
   // [log]: applied by `shardguard run` and `shardguard agent` (cli/main.cc) unless
   // --log-format / --log-level are given; SHARDGUARD_LOG_FORMAT / _LEVEL override both.

@@ -279,6 +279,36 @@ void read_metrics_address(Section& s, std::string& out) {
   out = text;
 }
 
+// A list of scalar names the guard knows ("loss", "grad_norm").
+void scalar_names(Section& s, std::string_view key, std::set<std::string>& out) {
+  const toml::node* n = s.get(key);
+  if (!n || !s.expect(*n, key, n->is_array(), "an array of scalar names like [\"loss\"]")) return;
+  std::set<std::string> names;
+  for (const auto& item : *n->as_array()) {
+    if (!item.is_string() || !policies::known_scalar(item.as_string()->get()))
+      return s.bad(item, key, "expected \"loss\" or \"grad_norm\", got " + Section::toml_text(item));
+    names.insert(item.as_string()->get());
+  }
+  out = std::move(names);
+}
+
+// [guard]: the divergence guard's rules and what it does about an anomaly.
+void read_guard(Section s, policies::GuardOptions& g) {
+  flag(s, "enabled", g.enabled);
+  scalar_names(s, "nonfinite", g.nonfinite);
+  s.real("spike_factor", g.spike_factor, 0, 1e9, "0 (off) or a factor above 1");
+  if (g.spike_factor > 0 && g.spike_factor <= 1)
+    if (const toml::node* n = s.get("spike_factor"))
+      s.bad(*n, "spike_factor", "must be 0 (off) or above 1: a value at or below the median is no spike");
+  s.integer("spike_steps", g.spike_steps, 1, kMaxI64);
+  scalar_names(s, "spike_scalars", g.spike_scalars);
+  s.integer("median_window", g.median_window, 1, 100000);
+  s.integer("min_samples", g.min_samples, 1, 100000);
+  s.integer("rollbacks", g.rollbacks, 0, 1000);
+  s.integer("skip_batches", g.skip_batches, 0, kMaxI64);
+  s.finish();
+}
+
 void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   Section s(&root, "", problems);
   auto section = [&](std::string_view name) {
@@ -316,6 +346,7 @@ void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   }
   read_hooks(s, c.hooks, problems);
   read_agent(section("agent"), c.agent);
+  read_guard(section("guard"), c.guard);
   s.finish();
 }
 

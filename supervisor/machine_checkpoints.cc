@@ -60,7 +60,10 @@ void AttemptMachine::Impl::on(Now now, const event::Heartbeats& e) {
   };
   if (e.all_ranks_at)
     for (uint32_t r = 0; r < a.world_size; ++r) beat(r, *e.all_ranks_at);
-  for (const auto& rs : e.ranks) beat(rs.rank, rs.step);
+  for (const auto& rs : e.ranks) {
+    beat(rs.rank, rs.step);
+    if (rs.rank < a.world_size) check_scalars(now, rs.rank, rs.scalars);
+  }
   if (!a.ranks_ready && std::all_of(a.ranks.begin(), a.ranks.end(),
                                     [](const RankView& r) { return r.heartbeated; })) {
     a.ranks_ready = true;
@@ -119,6 +122,7 @@ void AttemptMachine::Impl::on(Now now, const event::Committed& e) {
                                   {"manifest", e.manifest}});
   check_save_window(took);
   hook("checkpoint_committed", {{"step", std::to_string(e.step)}, {"manifest", e.manifest}});
+  if (guard_committed(e)) return;  // after the anomaly: set aside, not a checkpoint to count on
   if (emergency && !emergency->committed_step && request &&
       request->kind == CheckpointKind::kEmergency && e.step >= request->at_step)
     return emergency_committed(now, e.step);

@@ -33,6 +33,7 @@ MachineConfig machine_config(const JobConfig& c) {
   m.interval_mode = c.interval_mode;
   m.every = c.every;
   m.mtbf = c.mtbf;
+  m.guard = c.guard;
   return m;
 }
 

@@ -82,6 +82,7 @@ std::string_view command_name(const Command& c) {
                              [](const command::Hook&) { return "hook"; },
                              [](const command::AckNotice&) { return "ack_notice"; },
                              [](const command::Quarantine&) { return "quarantine"; },
+                             [](const command::QuarantineFrom&) { return "quarantine_from"; },
                              [](const command::CollectHangReport&) { return "collect_hang_report"; },
                              [](const command::Finish&) { return "finish"; }},
                     c);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/scalar_window.h"
 #include "supervisor/event_fields.h"
 
 namespace shardguard::supervisor {
@@ -100,6 +101,7 @@ struct RankHello {
 struct RankStep {
   uint32_t rank = 0;
   uint64_t step = 0;
+  StepScalars scalars;  // loss / grad_norm since the rank's last heartbeat (divergence guard)
 };
 // Ranks that heartbeated since the last report, with their steps. `all_ranks_at` reports every
 // rank of the epoch at one step in one event (the simulator's node-level form).
@@ -192,10 +194,13 @@ using Event =
 
 namespace command {
 
-// Look for the newest complete checkpoint, skipping `skip_steps`; answer with ResumeFound.
+// Look for the newest complete checkpoint, skipping `skip_steps` and every step at or after
+// `skip_from` (the divergence guard's suspect range: quarantined, but its checkpoints might
+// not all be set aside yet); answer with ResumeFound.
 struct FindResume {
   Epoch epoch = 0;
   std::vector<uint64_t> skip_steps;
+  std::optional<uint64_t> skip_from;
 };
 struct Launch {
   Epoch epoch = 0;
@@ -206,6 +211,9 @@ struct Launch {
   std::optional<uint64_t> resume_step;
   std::string resume_manifest;  // empty: fresh start
   std::vector<NodeSlot> nodes;
+  // Data batches the ranks skip after the resume position (SHARDGUARD_SKIP_BATCHES): set on
+  // relaunches from the checkpoint the divergence guard rolled back to.
+  uint64_t skip_batches = 0;
 };
 // Every node: tell the ranks `stop`, kill what is left after the term grace, confirm with
 // NodeStopped.
@@ -252,6 +260,11 @@ struct Quarantine {
   std::string manifest;
   std::string reason;
 };
+// Set aside every checkpoint of step `from_step` or later (the divergence guard's rollback).
+struct QuarantineFrom {
+  uint64_t from_step = 0;
+  std::string reason;
+};
 // Collect what the rank's processes are doing (off the loop thread).
 struct CollectHangReport {
   Epoch epoch = 0;
@@ -271,7 +284,7 @@ using Command =
     std::variant<command::FindResume, command::Launch, command::TearDown, command::CheckpointNow,
                  command::AbortSave, command::ArmTimer, command::CancelTimer, command::Record,
                  command::Hook, command::AckNotice, command::Quarantine,
-                 command::CollectHangReport, command::Finish>;
+                 command::QuarantineFrom, command::CollectHangReport, command::Finish>;
 using Commands = std::vector<Command>;
 
 // The name of an event or command, for logs and tests ("rank_exited", "launch", ...).

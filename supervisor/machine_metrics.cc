@@ -10,7 +10,7 @@ std::string machine_metrics(const MachineStats& s) {
   line("# HELP shardguard_restarts_total Restarts by exit class.");
   line("# TYPE shardguard_restarts_total counter");
   for (const char* c : {"preempted", "infrastructure", "hang", "crash", "no_progress", "no_space",
-                        "resume_failed", "resize"}) {
+                        "resume_failed", "resize", "divergence"}) {
     auto it = s.restarts.find(c);
     line(std::string("shardguard_restarts_total{class=\"") + c + "\"} " +
          std::to_string(it == s.restarts.end() ? 0 : it->second));

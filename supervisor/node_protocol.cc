@@ -4,6 +4,7 @@
 
 #include "checkpoint/json_fields.h"
 #include "checkpoint/strict_json.h"
+#include "hooks/scalars_json.h"
 
 namespace shardguard::supervisor::wire {
 namespace json = boost::json;
@@ -91,7 +92,11 @@ Result<json::object> encode_event(const Event& e) {
           [&](const event::Heartbeats& x) {
             o["epoch"] = x.epoch;
             json::array ranks;
-            for (const auto& r : x.ranks) ranks.push_back(json::array{r.rank, r.step});
+            for (const auto& r : x.ranks) {
+              json::array item{r.rank, r.step};
+              if (!r.scalars.empty()) item.push_back(hooks::encode_scalars(r.scalars));
+              ranks.push_back(std::move(item));
+            }
             o["ranks"] = std::move(ranks);
             o["all_ranks_at"] = opt(x.all_ranks_at);
           },
@@ -161,12 +166,17 @@ Result<Event> decode_event(Reader& r, const std::string& name) {
     if (ranks->size() > 1'000'000) return Error(ErrorCode::kInvalid, "heartbeats: too many ranks");
     for (const auto& item : *ranks) {
       const json::array* pair = item.if_array();
-      if (pair == nullptr || pair->size() != 2 || !(*pair)[0].is_number() || !(*pair)[1].is_number())
-        return Error(ErrorCode::kInvalid, "heartbeats: ranks must be [rank, step] pairs");
+      if (pair == nullptr || pair->size() < 2 || pair->size() > 3 || !(*pair)[0].is_number() ||
+          !(*pair)[1].is_number())
+        return Error(ErrorCode::kInvalid, "heartbeats: ranks must be [rank, step] or [rank, step, scalars]");
       SG_ASSIGN_OR_RETURN(uint64_t rank, Reader::wrap(checkpoint::json_u64((*pair)[0], "rank")));
       SG_ASSIGN_OR_RETURN(uint64_t step, Reader::wrap(checkpoint::json_u64((*pair)[1], "step")));
       if (rank > UINT32_MAX) return Error(ErrorCode::kInvalid, "heartbeats: rank out of range");
-      x.ranks.push_back({static_cast<uint32_t>(rank), step});
+      StepScalars scalars;
+      if (pair->size() == 3) {
+        SG_ASSIGN_OR_RETURN(scalars, hooks::decode_scalars((*pair)[2], "heartbeats"));
+      }
+      x.ranks.push_back({static_cast<uint32_t>(rank), step, std::move(scalars)});
     }
     SG_ASSIGN_OR_RETURN(x.all_ranks_at, r.opt_u64("all_ranks_at"));
     return Event(x);
@@ -261,6 +271,7 @@ Result<json::object> encode_command(const Command& c) {
             o["epoch"] = x.epoch; o["world_size"] = x.world_size; o["nproc_per_node"] = x.nproc_per_node;
             o["master_addr"] = x.master_addr; o["master_port"] = x.master_port;
             o["resume_step"] = opt(x.resume_step); o["resume_manifest"] = x.resume_manifest;
+            o["skip_batches"] = x.skip_batches;
             json::array nodes;
             for (const auto& n : x.nodes) nodes.push_back(json::array{n.node, n.node_rank, n.first_rank, n.nproc});
             o["nodes"] = std::move(nodes);
@@ -295,6 +306,7 @@ Result<Command> decode_command(Reader& r, const std::string& name) {
     x.master_port = static_cast<uint16_t>(port);
     SG_ASSIGN_OR_RETURN(x.resume_step, r.opt_u64("resume_step"));
     SG_ASSIGN_OR_RETURN(x.resume_manifest, r.str("resume_manifest"));
+    SG_ASSIGN_OR_RETURN(x.skip_batches, r.u64("skip_batches"));
     SG_ASSIGN_OR_RETURN(const json::array* nodes, Reader::wrap(r.f.array("nodes")));
     if (nodes->size() > 100'000) return Error(ErrorCode::kInvalid, "launch: too many nodes");
     for (const auto& item : *nodes) {

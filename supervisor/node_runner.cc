@@ -117,9 +117,9 @@ struct NodeRunner::Impl {
       report(event::RankHello{epoch, r.rank, r.pid});
       if (request && request->epoch == epoch) send_request_to(r.rank);
     };
-    e.on_heartbeat = [this](const hooks::RankStatus& r) {
+    e.on_heartbeat = [this](const hooks::RankStatus& r, const StepScalars& scalars) {
       beating.insert(r.rank);
-      report(event::Heartbeats{epoch, {{r.rank, r.step}}, std::nullopt});
+      report(event::Heartbeats{epoch, {{r.rank, r.step, scalars}}, std::nullopt});
     };
     e.on_checkpoint_begin = [this](uint32_t rank, uint64_t step) {
       report(event::SaveBegan{epoch, rank, step});
@@ -264,6 +264,7 @@ struct NodeRunner::Impl {
     in.nnodes = static_cast<uint32_t>(l.nodes.size());
     in.master_addr = l.master_addr;
     in.master_port = l.master_port;
+    in.skip_batches = l.skip_batches;
     std::vector<RankLaunch> ranks;
     for (uint32_t local = 0; local < slot.nproc; ++local) {
       RankLaunch r;

@@ -41,6 +41,7 @@ std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uin
     env["SHARDGUARD_CHECKPOINT_EVERY_STEPS"] = "0";
   if (!in.resume_manifest.empty())
     env["SHARDGUARD_RESUME_MANIFEST"] = absolute_path(in.resume_manifest);
+  if (in.skip_batches > 0) env["SHARDGUARD_SKIP_BATCHES"] = std::to_string(in.skip_batches);
   return env;
 }
 

@@ -21,6 +21,7 @@ struct RankEnvInputs {
   uint32_t nnodes = 1;
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 29500;
+  uint64_t skip_batches = 0;  // SHARDGUARD_SKIP_BATCHES when > 0
 };
 
 // shardguard's variables and torch's (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,

@@ -230,6 +230,7 @@ struct Supervisor::Impl {
                 if (it == notices.end()) for (auto& [id, send] : remote) send(a);
               },
               [&](const command::Quarantine& q) { quarantine(q); },
+              [&](const command::QuarantineFrom& q) { quarantine_from(q); },
               [&](const command::Finish& f) { finish(f); },
           },
           c);
@@ -250,11 +251,12 @@ struct Supervisor::Impl {
     Filesystem& fs = d.fs;
     const std::string dir = cfg.checkpoint_dir;
     const std::vector<uint64_t> skip = f.skip_steps;
+    const std::optional<uint64_t> skip_from = f.skip_from;
     const Epoch epoch = f.epoch;
     std::weak_ptr<bool> weak = alive;
     run_off_loop<ResumeChoice>(
         d.worker,
-        [&fs, dir, verify, skip] {
+        [&fs, dir, verify, skip, skip_from] {
           ResumeChoice out;
           auto entries = checkpoint::list_checkpoints(fs, dir, verify);
           if (!entries.ok()) {
@@ -262,6 +264,9 @@ struct Supervisor::Impl {
             return out;
           }
           for (auto& e : *entries) {
+            // The divergence guard's suspect range: not a resume candidate, and not a reason to
+            // refuse a fresh start either (the ranks went bad after the newest older one).
+            if (skip_from && e.step >= *skip_from) continue;
             const bool skipped = std::find(skip.begin(), skip.end(), e.step) != skip.end();
             if (e.state == checkpoint::CheckpointState::kComplete && !skipped) {
               out.chosen = std::move(e);
@@ -305,6 +310,24 @@ struct Supervisor::Impl {
       }
       spdlog::error("checkpoint of step {} set aside in {}: {}", q.step, *r, q.reason);
       record("quarantined", {{"step", q.step}, {"path", *r}, {"reason", q.reason}});
+    });
+  }
+
+  // The divergence guard's rollback: every checkpoint from the anomaly on is set aside.
+  void quarantine_from(const command::QuarantineFrom& q) {
+    std::weak_ptr<bool> weak = alive;
+    keeper->quarantine_from(q.from_step, q.reason, [this, weak, q](std::vector<QuarantineOutcome> r) {
+      if (weak.expired()) return;
+      if (r.empty()) spdlog::warn("divergence guard: no checkpoint of step {} or later to set aside", q.from_step);
+      for (const auto& o : r) {
+        if (!o.error.empty()) {
+          spdlog::error("quarantine of step {}: {}", o.step, o.error);
+          record("quarantine_failed", {{"step", o.step}, {"error", o.error}});
+          continue;
+        }
+        spdlog::error("checkpoint of step {} set aside in {}: {}", o.step, o.path, q.reason);
+        record("quarantined", {{"step", o.step}, {"path", o.path}, {"reason", q.reason}});
+      }
     });
   }
 

@@ -143,7 +143,8 @@ struct TimelineView {
   std::vector<RunView> runs;
   // Records worth showing as evidence: hang, hang_report, node_unhealthy, node_lost,
   // launch_failed, checkpoint_failed, resume_failed, resume_skipped, quarantined,
-  // quarantine_failed, give_up, stale_commit, commit_claim_rejected, implausible_step.
+  // quarantine_failed, give_up, stale_commit, commit_claim_rejected, implausible_step,
+  // divergence, guard_rollback, guard_recovered.
   std::vector<TimelineRecord> evidence;
   policies::GoodputTotals goodput;
   int64_t first_unix_ms = 0, last_unix_ms = 0;

@@ -24,7 +24,8 @@ inline bool is_evidence(std::string_view type) {
   for (std::string_view t :
        {"hang", "hang_report", "node_unhealthy", "node_lost", "launch_failed", "checkpoint_failed",
         "resume_failed", "resume_skipped", "quarantined", "quarantine_failed", "give_up",
-        "stale_commit", "commit_claim_rejected", "implausible_step"})
+        "stale_commit", "commit_claim_rejected", "implausible_step", "divergence",
+        "guard_rollback", "guard_recovered"})
     if (type == t) return true;
   return false;
 }

@@ -32,6 +32,10 @@ std::string plural(uint64_t n, const char* word) {
   return std::to_string(n) + " " + word + (n == 1 ? "" : "s");
 }
 
+std::string batches_text(uint64_t n) {
+  return std::to_string(n) + (n == 1 ? " data batch" : " data batches");
+}
+
 std::string with_detail(std::string text, const std::string& detail) {
   return detail.empty() ? text : text + ": " + detail;
 }
@@ -78,8 +82,11 @@ std::string describe_raw(const TimelineRecord& r) {
            count_field(r, "nodes") + " left)";
   if (t == "launch") {
     const auto resume = r.count("resume_step");
-    return attempt + ": " + plural(r.count("nproc").value_or(0), "rank") + ", " +
-           (resume ? "resuming from step " + std::to_string(*resume) : std::string("fresh start"));
+    std::string s = attempt + ": " + plural(r.count("nproc").value_or(0), "rank") + ", " +
+                    (resume ? "resuming from step " + std::to_string(*resume) : std::string("fresh start"));
+    if (auto skip = r.count("skip_batches"); skip && *skip > 0)
+      s += ", skipping " + batches_text(*skip) + " (SHARDGUARD_SKIP_BATCHES)";
+    return s;
   }
   if (t == "launch_failed")
     return attempt + ": launch failed on node " + count_field(r, "node") + ": " + r.text("error") +
@@ -151,6 +158,30 @@ std::string describe_raw(const TimelineRecord& r) {
            r.text("reason");
   if (t == "quarantine_failed")
     return "could not set step " + count_field(r, "step") + " aside: " + r.text("error");
+  if (t == "divergence") {
+    const std::string action = r.text("action");
+    const std::string what = action == "give_up"             ? "giving up"
+                             : action == "roll_back_further" ? "rolling back further"
+                                                             : "rolling back";
+    std::string s = attempt + ": divergence, " + r.text("what");
+    if (r.text("rule") == "spike")
+      s += " (" + plain_number(r.number("value").value_or(0), 4) + " against a median of " +
+           plain_number(r.number("median").value_or(0), 4) + ")";
+    return s + "; " + what + ", checkpoints from step " + count_field(r, "quarantine_from") +
+           " set aside";
+  }
+  if (t == "guard_rollback") {
+    const auto to = r.count("to_step");
+    std::string s = attempt + ": rolled back to " +
+                    (to ? "step " + std::to_string(*to) : std::string("a fresh start")) +
+                    " (steps from " + count_field(r, "suspect_from") + " are suspect)";
+    if (auto skip = r.count("skip_batches"); skip && *skip > 0)
+      s += ", skipping " + batches_text(*skip) + " after it";
+    return s;
+  }
+  if (t == "guard_recovered")
+    return "step " + count_field(r, "step") + " committed past the anomaly at step " +
+           count_field(r, "anomaly_step") + ": the divergence guard's count starts again";
   if (t == "implausible_step")
     return "rank " + count_field(r, "rank") + " reported step " + count_field(r, "step") +
            " after " + count_field(r, "previous") + ": ignored";

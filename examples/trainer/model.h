@@ -50,6 +50,8 @@ class DataLoader {
   std::string position_json() const;
   // Restores both; false if they do not parse.
   bool restore(const std::string& rng_state, const std::string& position_json);
+  // Batches drawn since the start of training (epochs included): the next batch's number.
+  uint64_t batches_drawn() const { return (epoch_ * samples_ + index_) / batch_; }
 
  private:
   void reshuffle();

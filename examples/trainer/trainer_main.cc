@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <thread>
 
 #include "examples/trainer/model.h"
@@ -36,6 +38,10 @@ struct Flags {
   uint64_t hang_at_step = 0;   // stop heartbeating and sleep forever at this step
   int64_t fault_attempt = 0;
   uint32_t fault_rank = 0;
+  // Bad data: training on this batch (numbered from 0 since the start of training) turns the
+  // fault rank's weights to NaN, on every attempt that draws it (--fault-attempt aside): what
+  // the divergence guard must catch, roll back past, and skip with SHARDGUARD_SKIP_BATCHES.
+  std::optional<uint64_t> poison_batch;
   std::string spawn_child_pid_file;  // start a `sleep` grandchild, write its pid here
   // A per-step all-reduce over TCP between ranks (MASTER_ADDR:MASTER_PORT): the previous
   // step's loss summed over ranks scales the learning rate, so ranks block on each other.
@@ -168,6 +174,12 @@ int run(const Flags& f) {
   }
   spdlog::info("trainer rank {}/{}: rows [{}, {}), {} at step {}", o.rank, o.world_size, row0, row1,
                *start == 0 ? "fresh start" : "resumed", *start);
+  if (o.skip_batches > 0) {
+    // The supervisor rolled back past bad weights: leave the data that led there behind.
+    spdlog::warn("trainer rank {}: skipping {} data batches (SHARDGUARD_SKIP_BATCHES) from batch {}",
+                 o.rank, o.skip_batches, loader.batches_drawn());
+    for (uint64_t i = 0; i < o.skip_batches; ++i) (void)loader.next_batch();
+  }
   if (!f.dump_resume_dir.empty() && *start > 0) {
     const auto manifest = (*client)->resume_manifest();
     if (auto st = dump_resume(f.dump_resume_dir, o, *start, shard, loader, manifest.value_or(""));
@@ -212,9 +224,17 @@ int run(const Flags& f) {
       spdlog::error("trainer rank {}: injected hang at step {}", o.rank, step);
       for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
     }
+    const uint64_t batch_number = loader.batches_drawn();
     const auto batch = loader.next_batch();
     const float scale = f.allreduce ? lr_scale_from_global_loss(g_prev_global_loss) : 1.0f;
     const double loss = train_step(f.cfg, data, batch, step, shard, scale);
+    if (f.poison_batch == batch_number && o.rank == f.fault_rank && !shard.w.empty()) {
+      spdlog::error("trainer rank {}: step {}: batch {} is poisoned: the weights are NaN now",
+                    o.rank, step, batch_number);
+      for (auto& w : shard.w) w = std::numeric_limits<float>::quiet_NaN();
+    }
+    const double mean_loss = loss / double(batch.size() * std::max<uint64_t>(shard.rows, 1));
+    (void)(*client)->report_scalar("loss", step, mean_loss);
     if (f.allreduce) {
       if (collective) {
         auto total = collective->sum(loss);
@@ -229,8 +249,7 @@ int run(const Flags& f) {
     }
     (*client)->heartbeat(step);
     if (f.log_every && step % f.log_every == 0)
-      spdlog::info("trainer rank {}: step {} loss {:.6f} lr {:.6f}", o.rank, step,
-                   loss / double(batch.size() * std::max<uint64_t>(shard.rows, 1)),
+      spdlog::info("trainer rank {}: step {} loss {:.6f} lr {:.6f}", o.rank, step, mean_loss,
                    learning_rate(f.cfg, step));
     const bool last = step == f.cfg.steps;
     if (last || (*client)->should_checkpoint(step)) {
@@ -296,6 +315,9 @@ int main(int argc, char** argv) {
                  "after a resume, write this rank's loaded rows and loader state to DIR/"
                  "resume-a<attempt>-r<rank>.{bin,txt} (for tests comparing them with the "
                  "checkpoint)");
+  faults->add_option("--poison-batch", f.poison_batch,
+                     "training on this batch (0-based, counted from the start of training) "
+                     "turns the --fault-rank's weights to NaN, on every attempt");
   faults->add_option("--spawn-child", f.spawn_child_pid_file,
                      "start a `sleep` grandchild and write its pid to this file");
   CLI11_PARSE(app, argc, argv);

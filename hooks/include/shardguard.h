@@ -93,6 +93,11 @@ SG_API int sg_client_under_shardguard(const sg_client* client);
 
 /* Tells the agent this rank reached `step` (rate-limited inside). */
 SG_API void sg_client_heartbeat(sg_client* client, uint64_t step);
+/* The value of a training scalar at `step`, for the supervisor's divergence guard: `name` is
+ * "loss" or "grad_norm" (else SG_ERR_INVALID). Call it before sg_client_heartbeat(step); values
+ * are aggregated until the next heartbeat goes out (a NaN or Inf makes it go out at once). */
+SG_API sg_status sg_client_report_scalar(sg_client* client, const char* name, uint64_t step,
+                                         double value);
 /* 1 when `step` must be saved (schedule, agent request or checkpoint signal), else 0. */
 SG_API int sg_client_should_checkpoint(sg_client* client, uint64_t step);
 /* 1 once an emergency checkpoint is committed or the agent said stop: exit cleanly. */

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -68,6 +69,43 @@ TEST_CASE("client: hello and heartbeats reach the agent", "[integration]") {
   c->heartbeat(5);
   REQUIRE(f.wait([](const auto& r) { return !r.heartbeats.empty(); }));
   CHECK(f.record().heartbeats.back() == std::pair<uint32_t, uint64_t>{0, 5});
+}
+
+TEST_CASE("client: reported scalars travel with the next heartbeat; a NaN goes out at once",
+          "[integration]") {
+  ControlFixture f;
+  TempDir ckpt;
+  auto c = make_client(ckpt.path(), f.path());
+  REQUIRE(f.wait([](const auto& r) { return r.hellos.size() == 1; }));
+  CHECK_FALSE(c->report_scalar("accuracy", 1, 0.5).ok());
+  for (uint64_t step = 1; step <= 3; ++step) {
+    REQUIRE(c->report_scalar("loss", step, 4.0 - double(step)).ok());
+    REQUIRE(c->report_scalar("grad_norm", step, 0.25).ok());
+  }
+  c->heartbeat(3);  // the first heartbeat always goes out
+  REQUIRE(f.wait([](const auto& r) { return r.scalars.size() == 1; }));
+  auto first = f.record().scalars[0];
+  REQUIRE(first.loss);
+  CHECK(first.loss->first_step == 1);
+  CHECK(first.loss->last_step == 3);
+  CHECK(first.loss->count == 3);
+  CHECK(first.loss->last == 1.0);
+  CHECK(first.loss->max == 3.0);
+  CHECK_FALSE(first.loss->nonfinite_step);
+  REQUIRE(first.grad_norm);
+  // Within 100 ms of the last heartbeat: a finite value waits, a NaN does not.
+  REQUIRE(c->report_scalar("loss", 4, 0.5).ok());
+  c->heartbeat(4);
+  REQUIRE(c->report_scalar("loss", 5, std::numeric_limits<double>::quiet_NaN()).ok());
+  c->heartbeat(5);
+  REQUIRE(f.wait([](const auto& r) { return r.scalars.size() == 2; }));
+  auto second = f.record().scalars[1];
+  REQUIRE(second.loss);
+  CHECK(second.loss->first_step == 4);
+  CHECK(second.loss->last_step == 5);
+  CHECK(second.loss->nonfinite_step == std::optional<uint64_t>(5));
+  CHECK(second.loss->last == 0.5);
+  CHECK_FALSE(second.grad_norm);
 }
 
 TEST_CASE("client: follows the agent's schedule", "[integration]") {

@@ -29,6 +29,7 @@ class ControlFixture {
     std::vector<std::pair<uint32_t, uint64_t>> passed;
     std::vector<uint32_t> disconnects;
     std::vector<std::string> protocol_errors;
+    std::vector<StepScalars> scalars;  // of the heartbeats that carried any
   };
 
   explicit ControlFixture(hooks::Schedule schedule = {}) {
@@ -36,8 +37,11 @@ class ControlFixture {
     o.socket_path = dir_ / "control.sock";
     auto& e = o.events;
     e.on_hello = [this](const hooks::RankStatus& r) { note([&] { rec_.hellos.push_back(r); }); };
-    e.on_heartbeat = [this](const hooks::RankStatus& r) {
-      note([&] { rec_.heartbeats.emplace_back(r.rank, r.step); });
+    e.on_heartbeat = [this](const hooks::RankStatus& r, const StepScalars& scalars) {
+      note([&] {
+        rec_.heartbeats.emplace_back(r.rank, r.step);
+        if (!scalars.empty()) rec_.scalars.push_back(scalars);
+      });
     };
     e.on_checkpoint_begin = [this](uint32_t rank, uint64_t step) {
       note([&] { rec_.begins.emplace_back(rank, step); });

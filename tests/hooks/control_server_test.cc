@@ -89,7 +89,7 @@ TEST_CASE("control server: strictness errors are answered, naming the problem", 
   REQUIRE(c.send_line(line).ok());
   CHECK_THAT(next_error(c), Catch::Contains(problem));
   // Still served: a heartbeat after the error is seen.
-  REQUIRE(c.send_line(line_of(Heartbeat{4})).ok());
+  REQUIRE(c.send_line(line_of(Heartbeat{4, {}})).ok());
   CHECK(f.wait(
       [](const auto& r) { return r.heartbeats.size() == 1 && r.heartbeats[0].second == 4; }));
 }
@@ -97,7 +97,7 @@ TEST_CASE("control server: strictness errors are answered, naming the problem", 
 TEST_CASE("control server: a message before hello is refused", "[integration]") {
   ControlFixture f;
   auto c = connect_to(f);
-  REQUIRE(c.send_line(line_of(Heartbeat{9})).ok());
+  REQUIRE(c.send_line(line_of(Heartbeat{9, {}})).ok());
   CHECK_THAT(next_error(c), Catch::Contains("heartbeat before hello"));
   REQUIRE(c.send_line(line_of(CheckpointCommitted{9, "m"})).ok());
   CHECK_THAT(next_error(c), Catch::Contains("checkpoint_committed before hello"));
@@ -116,7 +116,7 @@ TEST_CASE("control server: a 10 MB line closes that connection only", "[integrat
   auto closed = bad.read_line(10s);
   REQUIRE_FALSE(closed.ok());
   CHECK(closed.error().code() != ErrorCode::kTimeout);
-  REQUIRE(good.send_line(line_of(Heartbeat{11})).ok());
+  REQUIRE(good.send_line(line_of(Heartbeat{11, {}})).ok());
   CHECK(f.wait([](const auto& r) { return r.heartbeats.size() == 1; }));
   auto other = connect_to(f);  // and new ranks are still accepted
   say_hello(other, 1, 2);

@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cstdint>
+#include <limits>
 #include <string>
 
 using namespace shardguard;
@@ -34,7 +35,7 @@ TEST_CASE("protocol: every job message round-trips", "[hooks]") {
   CHECK(hello.job_id == "job-\"quoted\"\n");
   CHECK(hello.attempt == 3);
   CHECK(
-      std::get<Heartbeat>(round_trip(JobMessage(Heartbeat{UINT64_MAX}), decode_job_message)).step ==
+      std::get<Heartbeat>(round_trip(JobMessage(Heartbeat{UINT64_MAX, {}}), decode_job_message)).step ==
       UINT64_MAX);
   CHECK(std::get<CheckpointBegin>(round_trip(JobMessage(CheckpointBegin{12}), decode_job_message))
             .step == 12);
@@ -115,4 +116,55 @@ TEST_CASE("protocol: a line over the limit is refused before parsing", "[hooks]"
   auto r = decode_job_message(big);
   REQUIRE_FALSE(r.ok());
   CHECK_THAT(r.error().message(), Catch::Contains("exceeds the limit"));
+}
+
+TEST_CASE("protocol: a heartbeat's scalar windows round-trip; hostile windows are refused",
+          "[hooks]") {
+  Heartbeat h{42, {}};
+  ScalarWindow loss;
+  loss.add(40, 2.5);
+  loss.add(41, std::numeric_limits<double>::quiet_NaN());
+  loss.add(42, 1.25);
+  h.scalars.loss = loss;
+  ScalarWindow norm;
+  norm.add(42, 0.5);
+  h.scalars.grad_norm = norm;
+  auto back = std::get<Heartbeat>(round_trip(JobMessage(h), decode_job_message));
+  REQUIRE(back.scalars.loss);
+  CHECK(back.scalars.loss->first_step == 40);
+  CHECK(back.scalars.loss->last_step == 42);
+  CHECK(back.scalars.loss->count == 2);
+  CHECK(back.scalars.loss->last == 1.25);
+  CHECK(back.scalars.loss->max == 2.5);
+  CHECK(back.scalars.loss->nonfinite_step == std::optional<uint64_t>(41));
+  REQUIRE(back.scalars.grad_norm);
+  CHECK(back.scalars.grad_norm->last == 0.5);
+  // Without scalars the line is what it always was.
+  CHECK(encode(JobMessage(Heartbeat{7, {}})) == "{\"v\":2,\"type\":\"heartbeat\",\"step\":7}\n");
+
+  const std::string w = R"("from":1,"to":2,"n":2,"last":1,"min":1,"max":2)";
+  struct Bad {
+    std::string scalars;
+    const char* problem;
+  };
+  auto bad = GENERATE_COPY(values<Bad>({
+      {"[]", "'scalars' must be an object"},
+      {R"({"accuracy":{)" + w + "}}", "unknown scalar 'accuracy'"},
+      {R"({"loss":{"from":1,"to":2,"n":2,"last":1,"min":1}})", "missing field 'max'"},
+      {R"({"loss":{)" + w + R"(,"extra":1}})", "unknown field 'extra'"},
+      {R"({"loss":{"from":3,"to":2,"n":0,"last":0,"min":0,"max":0,"nonfinite_at":3}})",
+       "'from' is after 'to'"},
+      {R"({"loss":{"from":1,"to":2,"n":9,"last":1,"min":1,"max":2}})", "'n' is more than"},
+      {R"({"loss":{"from":1,"to":2,"n":2,"last":5,"min":1,"max":2}})", "'last' must lie"},
+      {R"({"loss":{"from":1,"to":2,"n":2,"last":1,"min":1,"max":1e999}})", "finite"},
+      {R"({"loss":{"from":1,"to":2,"n":1,"last":1,"min":1,"max":1,"nonfinite_at":9}})",
+       "outside from..to"},
+      {R"({"loss":{"from":1,"to":2,"n":0,"last":0,"min":0,"max":0}})", "an empty window"},
+      {R"({"loss":{)" + w + R"(},"loss":{)" + w + "}}", "not JSON"},
+  }));
+  const std::string line = R"({"v":2,"type":"heartbeat","step":2,"scalars":)" + bad.scalars + "}";
+  auto r = decode_job_message(line);
+  REQUIRE_FALSE(r.ok());
+  INFO(r.error().message());
+  CHECK(r.error().message().find(bad.problem) != std::string::npos);
 }

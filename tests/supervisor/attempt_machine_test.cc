@@ -314,7 +314,7 @@ TEST_CASE("events of an older epoch move nothing", "[machine][unit]") {
   d.launched();
   const size_t before = d.all().size();
   d.feed(event::RankExited{0, 1, true, 0, 9, false, "killed by signal 9"});
-  d.feed(event::Heartbeats{0, {{0, 999999}}, std::nullopt});
+  d.feed(event::Heartbeats{0, {{0, 999999, {}}}, std::nullopt});
   d.feed(event::RankHello{0, 0, 42});
   CHECK(d.all().size() == before);
   CHECK(d.machine().phase() == Phase::kRunning);

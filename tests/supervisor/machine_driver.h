@@ -82,10 +82,10 @@ class MachineDriver {
   }
   void beat(uint64_t step) {
     event::Heartbeats h{epoch(), {}, std::nullopt};
-    for (uint32_t r = 0; r < world(); ++r) h.ranks.push_back({r, step});
+    for (uint32_t r = 0; r < world(); ++r) h.ranks.push_back({r, step, {}});
     feed(h);
   }
-  void beat_rank(uint32_t rank, uint64_t step) { feed(event::Heartbeats{epoch(), {{rank, step}}, std::nullopt}); }
+  void beat_rank(uint32_t rank, uint64_t step) { feed(event::Heartbeats{epoch(), {{rank, step, {}}}, std::nullopt}); }
   Commands exit_rank(uint32_t rank, int code, int signal = 0, bool during_teardown = false) {
     event::RankExited e{epoch(), rank, signal != 0, code, signal, during_teardown,
                         signal != 0 ? "killed by signal " + std::to_string(signal)

@@ -3,6 +3,7 @@
 #include "supervisor/node_protocol.h"
 
 #include <catch2/catch.hpp>
+#include <limits>
 
 using namespace shardguard;
 using namespace shardguard::supervisor;
@@ -36,9 +37,19 @@ TEST_CASE("node protocol: node events round-trip", "[supervisor][unit]") {
   CHECK(event_round_trip(event::NodeLaunched{4, 2}).node == 2);
   CHECK(event_round_trip(event::LaunchFailed{4, 2, "pipe: Too many open files", true}).transient);
   CHECK(event_round_trip(event::RankHello{4, 7, 4242}).pid == 4242);
-  auto hb = event_round_trip(event::Heartbeats{4, {{0, 10}, {3, UINT64_MAX}}, std::nullopt});
+  ScalarWindow loss;
+  loss.add(8, 1.5);
+  loss.add(9, std::numeric_limits<double>::infinity());
+  loss.add(10, 0.75);
+  auto hb = event_round_trip(
+      event::Heartbeats{4, {{0, 10, StepScalars{loss, std::nullopt}}, {3, UINT64_MAX, {}}}, std::nullopt});
   REQUIRE(hb.ranks.size() == 2);
   CHECK(hb.ranks[1].step == UINT64_MAX);
+  CHECK(hb.ranks[1].scalars.empty());
+  REQUIRE(hb.ranks[0].scalars.loss);
+  CHECK(hb.ranks[0].scalars.loss->first_step == 8);
+  CHECK(hb.ranks[0].scalars.loss->last == 0.75);
+  CHECK(hb.ranks[0].scalars.loss->nonfinite_step == std::optional<uint64_t>(9));
   CHECK(event_round_trip(event::Heartbeats{4, {}, 99}).all_ranks_at == 99u);
   CHECK(event_round_trip(event::SaveBegan{4, 1, 20}).step == 20);
   CHECK(event_round_trip(event::Committed{4, 20, "/c/step-000000020/manifest.json", 1 << 20}).bytes == 1 << 20);
@@ -60,13 +71,14 @@ TEST_CASE("node protocol: node events round-trip", "[supervisor][unit]") {
 
 TEST_CASE("node protocol: commands round-trip", "[supervisor][unit]") {
   command::Launch l{9, 6, 2, "10.0.0.1", 29509, 400, "/c/step-000000400/manifest.json",
-                    {{5, 0, 0, 2}, {7, 1, 2, 2}, {8, 2, 4, 2}}};
+                    {{5, 0, 0, 2}, {7, 1, 2, 2}, {8, 2, 4, 2}}, 12};
   auto lb = command_round_trip(l);
+  CHECK(lb.skip_batches == 12);
   CHECK(lb.nodes.size() == 3);
   CHECK(lb.nodes[1].node == 7);
   CHECK(lb.nodes[2].first_rank == 4);
   CHECK(lb.resume_step == 400u);
-  CHECK(command_round_trip(command::Launch{1, 2, 2, "h", 1, std::nullopt, "", {{0, 0, 0, 2}}})
+  CHECK(command_round_trip(command::Launch{1, 2, 2, "h", 1, std::nullopt, "", {{0, 0, 0, 2}}, 0})
             .resume_step == std::nullopt);
   CHECK(command_round_trip(command::TearDown{9, "node 7 lost"}).why == "node 7 lost");
   auto c = command_round_trip(

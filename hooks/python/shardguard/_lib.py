@@ -86,6 +86,7 @@ _PROTOTYPES = {
     "sg_client_checkpoint_dir": (_cp, [_vp]),
     "sg_client_under_shardguard": (_int, [_vp]),
     "sg_client_heartbeat": (None, [_vp, _u64]),
+    "sg_client_report_scalar": (_int, [_vp, _c.c_char_p, _u64, _c.c_double]),
     "sg_client_should_checkpoint": (_int, [_vp, _u64]),
     "sg_client_should_exit": (_int, [_vp]),
     "sg_client_emergency": (_int, [_vp, _c.POINTER(_i64), _pu64, _c.c_char_p, _size]),

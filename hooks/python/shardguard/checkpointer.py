@@ -174,8 +174,14 @@ class Checkpointer:
         return bool(lib.sg_client_under_shardguard(self._h))
 
     # ---- the loop ----
-    def heartbeat(self, step):
+    def heartbeat(self, step, loss=None, grad_norm=None):
+        """Tells the supervisor this rank reached `step`. `loss` and `grad_norm` (floats, or
+        0-d tensors: they are read with float()) feed its divergence guard: a NaN or a spike
+        rolls the run back to the checkpoint before it (see docs/oncall.md)."""
         self._check_owed(step)
+        for name, value in (("loss", loss), ("grad_norm", grad_norm)):
+            if value is not None:
+                check(lib.sg_client_report_scalar(self._h, name.encode(), int(step), float(value)))
         lib.sg_client_heartbeat(self._h, int(step))
 
     def _check_owed(self, step):
