@@ -41,8 +41,8 @@ Status validate_hook(const HookSpec& spec) {
   };
   if (std::find(kHookEvents.begin(), kHookEvents.end(), spec.event) == kHookEvents.end())
     return bad(
-        "unknown event (use preempt_notice, checkpoint_committed, restart, give_up or "
-        "node_unhealthy)");
+        "unknown event (use preempt_notice, checkpoint_committed, restart, give_up, "
+        "node_unhealthy or divergence)");
   if (spec.command.empty() && spec.url.empty()) return bad("needs a command or a url");
   if (!spec.command.empty() && spec.command[0].empty()) return bad("empty program name");
   if (!spec.url.empty()) {

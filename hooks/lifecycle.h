@@ -1,5 +1,5 @@
 // User lifecycle hooks: on a job event (preempt_notice, checkpoint_committed, restart,
-// give_up, node_unhealthy) run a command and/or POST the event as JSON to a URL, as the
+// give_up, node_unhealthy, divergence) run a command and/or POST the event as JSON to a URL, as the
 // `[hooks]` config section asks. Everything runs on the EventLoop: fire() only queues work,
 // so a slow, hanging or failing hook is logged and never delays the caller.
 //
@@ -41,8 +41,8 @@ class ProcessLauncher;
 
 namespace shardguard::hooks {
 
-inline constexpr std::array<std::string_view, 5> kHookEvents = {
-    "preempt_notice", "checkpoint_committed", "restart", "give_up", "node_unhealthy"};
+inline constexpr std::array<std::string_view, 6> kHookEvents = {
+    "preempt_notice", "checkpoint_committed", "restart", "give_up", "node_unhealthy", "divergence"};
 inline constexpr int kMaxHookRetries = 10;
 
 struct HookSpec {

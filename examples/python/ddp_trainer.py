@@ -78,7 +78,7 @@ def main():
             loss.backward()
             opt.step()
             sched.step()
-            ckpt.heartbeat(step)                                              # shardguard
+            ckpt.heartbeat(step, loss=loss.detach())                          # shardguard
             if step % 100 == 0 and rank == 0:
                 print("step %d loss %.5f" % (step, loss.item()), flush=True)
             if ckpt.should_checkpoint(step) or step == a.steps:              # shardguard

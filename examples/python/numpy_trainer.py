@@ -245,7 +245,7 @@ def train(ckpt, a, shard, data, loader, start):
     for step in range(start + 1, a.steps + 1):
         batch = loader.next_batch()
         loss = shard.train_step(a, data, batch, step)
-        ckpt.heartbeat(step)
+        ckpt.heartbeat(step, loss=loss / (len(batch) * max(shard.rows, 1)))
         if a.log_every and step % a.log_every == 0:
             print("numpy_trainer rank %d: step %d loss %.6f lr %.6f" % (
                 rank, step, loss / (len(batch) * max(shard.rows, 1)), learning_rate(a, step)),

@@ -346,7 +346,8 @@ def train(ckpt, a, model, data, loader, opt, sched, group, start):
         total = loss.detach().clone()
         if group is not None:
             dist.all_reduce(total)  # for the log only: it never feeds back
-        ckpt.heartbeat(step)
+        # The rank's own loss feeds the divergence guard (a NaN rolls the run back).
+        ckpt.heartbeat(step, loss=loss.detach())
         if a.log_every and step % a.log_every == 0 and rank == 0:
             print("torch_trainer: step %d loss %.6f lr %.6f" % (
                 step, total.item() / a.rows, opt.param_groups[0]["lr"]), flush=True)

@@ -58,6 +58,13 @@ int main(void) {
   CHECK(sg_client_rank(client) == 0 && sg_client_world_size(client) == 1);
   CHECK(strcmp(sg_client_checkpoint_dir(client), dir) == 0);
   CHECK(sg_client_under_shardguard(client) == 0);
+  /* The divergence guard's scalars: known names only (outside shardguard nothing is sent). */
+  CHECK(sg_client_report_scalar(client, "loss", 1, 2.5) == SG_OK);
+  CHECK(sg_client_report_scalar(client, "grad_norm", 1, 0.5) == SG_OK);
+  CHECK(sg_client_report_scalar(client, "accuracy", 1, 0.5) == SG_ERR_INVALID);
+  CHECK(sg_client_report_scalar(client, NULL, 1, 0.5) == SG_ERR_INVALID);
+  CHECK(sg_client_report_scalar(NULL, "loss", 1, 0.5) == SG_ERR_INVALID);
+  sg_client_heartbeat(client, 1);
   CHECK(sg_client_open_resume(client, &reader) == SG_ERR_NOT_FOUND); /* fresh start */
   CHECK(reader == NULL && sg_last_error()[0] != '\0');
 

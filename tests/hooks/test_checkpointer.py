@@ -205,6 +205,16 @@ class CheckpointerTest(sgtest.TempDirCase):
             shardguard.Reader.open(os.path.join(self.dir, "nope"))
         self.assertEqual(e.exception.status, "NOT_FOUND")
 
+    def test_heartbeat_takes_loss_and_grad_norm(self):
+        c = self.ckpt()
+        c.heartbeat(1, loss=2.5, grad_norm=0.25)
+        c.heartbeat(2, loss=float("nan"))
+        c.heartbeat(3)
+        if torch is not None:
+            c.heartbeat(4, loss=torch.tensor(1.5))
+        with self.assertRaises(ValueError):
+            c.heartbeat(5, loss="high")
+
     def test_missing_library_is_a_clear_error(self):
         r = sgtest.run([sgtest.python(), "-c", "import shardguard"],
                        env=sgtest.clean_env(SHARDGUARD_LIB="/nonexistent/libshardguard.so"))

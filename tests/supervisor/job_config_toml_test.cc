@@ -1,6 +1,7 @@
 #include "supervisor/job_config_toml.h"
 
 #include <catch2/catch.hpp>
+#include <set>
 #include <csignal>
 #include <fstream>
 
@@ -187,7 +188,7 @@ TEST_CASE("errors name the file, the line and the key") {
        "got \"SIGKILL\""},
       {"[[hooks]]\nevent = \"on_save\"\ncommand = [\"true\"]\n",
        "job.toml:1: hooks: hook 'on_save': unknown event (use preempt_notice, "
-       "checkpoint_committed, restart, give_up or node_unhealthy)"},
+       "checkpoint_committed, restart, give_up, node_unhealthy or divergence)"},
       {"[health]\ndisk_fatal = \"1 GB\"\n",
        "job.toml:2: health.disk_fatal: invalid size '1 GB': unknown unit ' GB' (use B, KB, MB, "
        "GB, TB, PB, KiB, MiB, GiB, TiB or PiB)"},
@@ -236,8 +237,42 @@ TEST_CASE("errors name the file, the line and the key") {
       {"[job.env]\nA = \"1\"\nB = 2\n", "job.toml:3: job.env.B: expected a string, got integer"},
       {"job = 3\n", "job.toml:1: job: expected a table, got integer"},
       {"[job]\nid = \"\"\n", "job.toml:2: job.id: must not be empty"},
+      {"[guard]\nnonfinite = [\"accuracy\"]\n",
+       "job.toml:2: guard.nonfinite: expected \"loss\" or \"grad_norm\", got \"accuracy\""},
+      {"[guard]\nspike_factor = 0.5\n",
+       "job.toml:2: guard.spike_factor: must be 0 (off) or above 1: a value at or below the "
+       "median is no spike"},
+      {"[guard]\nspike_steps = 0\n", "job.toml:2: guard.spike_steps: must be at least 1, got 0"},
+      {"[guard]\nrollback = 3\n", "job.toml:2: guard.rollback: unknown key"},
   }));
   CHECK(parse_error(text) == expected);
+}
+
+TEST_CASE("[guard] sets the divergence guard's rules; defaults guard NaN losses only") {
+  auto defaults = parse_job_config("", "job.toml");
+  REQUIRE(defaults.ok());
+  CHECK(defaults->guard.enabled);
+  CHECK(defaults->guard.nonfinite == std::set<std::string>{"loss"});
+  CHECK(defaults->guard.spike_factor == 0);
+  CHECK(defaults->guard.rollbacks == 2);
+  CHECK(defaults->guard.skip_batches == 0);
+  auto c = parse_job_config(
+      "[guard]\nnonfinite = [\"loss\", \"grad_norm\"]\nspike_factor = 8\nspike_steps = 20\n"
+      "spike_scalars = [\"grad_norm\"]\nmedian_window = 50\nmin_samples = 5\nrollbacks = 1\n"
+      "skip_batches = 64\n",
+      "job.toml");
+  REQUIRE(c.ok());
+  CHECK(c->guard.nonfinite == std::set<std::string>{"loss", "grad_norm"});
+  CHECK(c->guard.spike_factor == 8);
+  CHECK(c->guard.spike_steps == 20);
+  CHECK(c->guard.spike_scalars == std::set<std::string>{"grad_norm"});
+  CHECK(c->guard.median_window == 50);
+  CHECK(c->guard.min_samples == 5);
+  CHECK(c->guard.rollbacks == 1);
+  CHECK(c->guard.skip_batches == 64);
+  auto off = parse_job_config("[guard]\nenabled = false\n", "job.toml");
+  REQUIRE(off.ok());
+  CHECK_FALSE(off->guard.enabled);
 }
 
 TEST_CASE("TOML syntax errors carry line and column") {
