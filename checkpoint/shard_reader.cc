@@ -3,8 +3,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <string_view>
 #include <system_error>
 #include <thread>
+#include <unordered_set>
 
 #include "checkpoint/paths.h"
 #include "checkpoint/verify.h"
@@ -172,10 +174,17 @@ Result<std::shared_ptr<const Shard>> ShardSet::open(const std::string& file) con
     SG_ASSIGN_OR_RETURN(shard->direct_reader, fs_->open_for_read(path, {.direct = true}));
     if (!shard->direct_reader->direct()) shard->direct_reader.reset();  // e.g. tmpfs
   }
-  for (const TensorEntry& e : shard->header.tensors) shard->by_key.emplace(e.name, &e);
-  if (auto it = chunks_by_file_.find(file); it != chunks_by_file_.end())
+  // Only the keys the manifest names in this file are ever looked up: a header may hold
+  // millions of other entries (legal, if careless or hostile), and a map of them all cost
+  // seconds of CPU and a node allocation each.
+  if (auto it = chunks_by_file_.find(file); it != chunks_by_file_.end()) {
+    std::unordered_set<std::string_view> wanted;
+    for (const ChunkRef& ref : it->second) wanted.insert(ref.chunk->key);
+    for (const TensorEntry& e : shard->header.tensors)
+      if (wanted.contains(e.name)) shard->by_key.emplace(e.name, &e);
     for (const ChunkRef& ref : it->second)
       SG_RETURN_IF_ERROR(check_chunk(*shard, path, *ref.name, *ref.tensor, *ref.chunk));
+  }
   return std::shared_ptr<const Shard>(std::move(shard));
 }
 

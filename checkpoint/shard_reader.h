@@ -43,7 +43,8 @@ struct Shard {
   std::unique_ptr<RandomAccessFile> reader;         // pread through the page cache
   std::unique_ptr<RandomAccessFile> direct_reader;  // O_DIRECT pread; null when not used
   SafetensorsHeader header;
-  std::unordered_map<std::string, const TensorEntry*> by_key;  // into header.tensors
+  // Into header.tensors: the keys the manifest's chunks name in this file, and no others.
+  std::unordered_map<std::string, const TensorEntry*> by_key;
   std::unique_ptr<BlockVerdicts> blocks;  // null: nothing left to check by block
 
   const std::byte* data_of(const TensorEntry& e) const {

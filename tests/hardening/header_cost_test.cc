@@ -3,7 +3,7 @@
 // writer can give them: `ckpt inspect --hash` and `ckpt verify --full` over two such shards
 // stay within 4x the headers' size in memory (peak RSS of the real process) and a bounded
 // CPU time. The target is 2 s of wall time on an idle machine; CI shares two cores between
-// several builds, so the test bounds CPU seconds (user + system) at 3x that and prints both.
+// several builds, so the test bounds CPU seconds (user + system) at 1.5x that and prints both.
 #include <sys/resource.h>
 
 #include <catch2/catch.hpp>
@@ -62,6 +62,8 @@ TEST_CASE("inspect --hash and verify --full over two 100 MB shard headers", "[in
       CHECK(r.exit_code == 0);
     }
     CHECK(r.max_rss_kib <= static_cast<long>(4 * kShards * kHeaderBytes / 1024) + kBaselineKib);
-    CHECK(r.cpu_seconds < 6.0);
+    // 2.1 s for the 1.6 M zero-size tensors since the shard's key map holds only the keys
+    // the manifest names (4.6 s when it held every header entry).
+    CHECK(r.cpu_seconds < 3.0);
   }
 }
