@@ -7,6 +7,7 @@ usage: rank_worker.py SCENARIO CHECKPOINT_DIR [ARG]
   load                loads the newest checkpoint and prints a digest of each tensor (JSON)
   mismatch            rank 1 saves another shape than rank 0
   rank0-only          only rank 0 calls save(); ARG: arrival_timeout seconds
+  rank0-only-loop     a training loop with `if ckpt.should_checkpoint(step) and rank == 0`
   late-rank           rank 1 calls save() 6 s after rank 0 (a legit slow rank)
   late-rank-no-dist   the same without torch.distributed (the library's wait only)
   sharded-tensor      torch.distributed._shard ShardedTensor saved by each rank's shards
@@ -120,6 +121,23 @@ def main():
         else:
             store.wait(["test/done"], datetime.timedelta(seconds=60))  # "the next collective"
             result(rank=rank)
+    elif SCENARIO == "rank0-only-loop":
+        ckpt = shardguard.Checkpointer(DIR, every_steps=3, arrival_timeout=60)
+        store = dist.distributed_c10d._get_default_store()
+        start = time.monotonic()
+        for step in range(1, 6):
+            ckpt.heartbeat(step)
+            if ckpt.should_checkpoint(step) and rank == 0:  # the mistake under test
+                try:
+                    ckpt.save(step, replicated_state())
+                except shardguard.SaveRefused as e:
+                    result(rank=rank, refused=str(e), after=time.monotonic() - start)
+                    store.set("test/done", "1")
+                    break
+            if rank == 1 and step == 4:
+                store.wait(["test/done"], datetime.timedelta(seconds=60))  # "the next collective"
+                result(rank=rank)
+                break
     elif SCENARIO == "late-rank":
         ckpt = shardguard.Checkpointer(DIR)
         if rank == 1:

@@ -94,6 +94,16 @@ class RanksTest(sgrun.TempDirCase):
         self.assertGreaterEqual(r0["after"], 6.5)
         self.assertLess(r0["after"], 30)
 
+    def test_save_on_rank0_alone_in_a_loop_is_refused_at_once(self):
+        (r0, log0), (r1, log1) = self.ranks("rank0-only-loop", 2)
+        self.assertIsNotNone(r0, log0)
+        self.assertIn("rank 1 (at step 3) went past the step without calling save()", r0["refused"])
+        self.assertIn("without `if rank == 0`", r0["refused"])
+        self.assertLess(r0["after"], 5)  # not arrival_timeout (60 s)
+        self.assertNotIn("has waited", log0)
+        self.assertIn("should_checkpoint(3) was True but save() was not called", log1)
+        self.assertFalse(os.path.exists(self.path("ckpt", "step-000000003", "manifest.json")))
+
     def test_a_late_rank_is_waited_for_and_named(self):
         (_, log0), (_, log1) = self.ranks("late-rank", 2)
         self.assertIn("has waited 5 s for rank(s) 1", log0)

@@ -7,7 +7,9 @@ rank's post and each other rank for rank 0's. While waiting, a rank logs every f
 who is missing and what to do; after `arrival_timeout` seconds it refuses the save
 (SaveRefused) instead of hanging: the usual cause is a save() on rank 0 alone
 (`if rank == 0: ckpt.save(...)`), whose commit can never see the other ranks' parts while
-they wait in the next collective. A rank whose state differs from rank 0's refuses at once,
+they wait in the next collective. A rank that goes past a step should_checkpoint() told it
+to save, without calling save(), posts that (post_skip, from heartbeat() or the next
+should_checkpoint()), and the ranks waiting for it refuse at once. A rank whose state differs from rank 0's refuses at once,
 naming the first difference. Without torch.distributed nothing is exchanged (numpy
 trainers and hand-started ranks): then rank 0 writes every replicated tensor itself, and
 the commit's own wait logs the missing ranks.
@@ -88,13 +90,28 @@ def first_difference(mine, theirs):
     return "the states differ"
 
 
+def _base(job, attempt, seq):
+    return "shardguard/%s/%d/save-%d/" % (job, attempt, seq)
+
+
+def post_skip(store, job, attempt, rank, seq, step):
+    """This rank went past `step` without calling save() although should_checkpoint(step)
+    said to: the ranks waiting in meeting `seq` refuse at once instead of after
+    arrival_timeout."""
+    base = _base(job, attempt, seq)
+    key = base + "rank-%d/skipped" % rank
+    store.set(key, str(int(step)))
+    store.add(key + "/n", 1)  # add(key, 0) reads it without blocking (no check() in 1.13)
+    store.add(base + "skipped", 1)
+
+
 class Meeting:
     """One save()'s meeting of the ranks. `store`: a torch.distributed Store."""
 
     def __init__(self, store, job, attempt, rank, world, seq, sig):
         self.store, self.rank, self.world = store, rank, world
         self.sig = sig
-        self.base = "shardguard/%s/%d/save-%d/" % (job, attempt, seq)
+        self.base = _base(job, attempt, seq)
         self.step = sig["step"]
 
     def _key(self, rank):
@@ -130,6 +147,7 @@ class Meeting:
             limit = deadline_mono if limit is None else min(limit, deadline_mono)
         next_log = start + LOG_EVERY_S
         while not self._all_here():
+            self._check_skipped()
             now = time.monotonic()
             if limit is not None and now >= limit:
                 raise SaveRefused(self._missing_message(self._missing(), now - start, final=True))
@@ -138,6 +156,35 @@ class Meeting:
                 next_log += LOG_EVERY_S
             time.sleep(_POLL_S)
         self._compare(digest)
+
+    def _check_skipped(self):
+        """Refuses at once when a rank this one waits for went past its save without calling
+        save() (Checkpointer posts that from heartbeat() or should_checkpoint())."""
+        if self.store.add(self.base + "skipped", 0) == 0:
+            return
+        waited = range(1, self.world) if self.rank == 0 else [0]
+        skipped = {}
+        for r in waited:
+            if self._posted(r):
+                continue
+            key = self._key(r) + "/skipped"
+            if self.store.add(key + "/n", 0) > 0:
+                skipped[r] = self.store.get(key).decode()
+        if not skipped:
+            return
+        who = ", ".join("rank %d (at step %s)" % (r, s) for r, s in sorted(skipped.items()))
+        if self.rank == 0:
+            raise SaveRefused(
+                "shardguard rank 0: save(step=%d) refused: %s went past the step without "
+                "calling save(), although should_checkpoint() said to save it there. Every rank "
+                "must call save() with the same state (replicated tensors are written once in "
+                "total, split across the ranks): a save on rank 0 alone cannot commit a "
+                "checkpoint of %d ranks. Write `if ckpt.should_checkpoint(step): "
+                "ckpt.save(step, state)` on every rank, without `if rank == 0`"
+                % (self.step, who, self.world))
+        raise SaveRefused(
+            "shardguard rank %d: save(step=%d) refused: %s went past the step without calling "
+            "save(); every rank must call save() for the same steps" % (self.rank, self.step, who))
 
     def _compare(self, digest):
         if self.rank != 0:

@@ -191,6 +191,14 @@ class Checkpointer:
             log.warning("shardguard rank %d: should_checkpoint(%d) was True but save() was not "
                         "called for it; every rank must call save() for the steps it is told "
                         "to save (the others wait for it)", self.rank, self._owed)
+            # The meeting this save() would have joined hears it at once (rank 0's save() is
+            # refused now rather than after arrival_timeout), and this rank's count of
+            # meetings stays in step with the others'.
+            self._saves += 1
+            store = _collective.default_store(self.world_size) if self.world_size > 1 else None
+            if store is not None:
+                _collective.post_skip(store, self.job_id, self.attempt, self.rank, self._saves,
+                                      self._owed)
             self._owed = None
 
     def should_checkpoint(self, step):
