@@ -158,6 +158,26 @@ std::string notices_lines(const TimelineView& v) {
   return s;
 }
 
+// One line per node of a multi-node job: where it is placed, or why it is not.
+std::string nodes_lines(const TimelineView& v) {
+  const int64_t wall = to_unix_ms(RealClock::instance().wall_now());
+  std::string s;
+  for (const auto& n : v.nodes) {
+    if (!s.empty()) s += "\n               ";
+    s += "node " + std::to_string(n.node);
+    if (!n.address.empty()) s += " (" + esc(n.address) + ")";
+    s += ": " + n.state;
+    if (n.state == "running" && n.node_rank && n.attempt)
+      s += " as node rank " + std::to_string(*n.node_rank) + " of attempt " +
+           std::to_string(*n.attempt);
+    else if (n.attempt)
+      s += " (last placed in attempt " + std::to_string(*n.attempt) + ")";
+    s += ", since " + ago(wall, n.since_unix_ms);
+    if (!n.why.empty()) s += ": " + esc(n.why);
+  }
+  return s;
+}
+
 std::string goodput_lines(const TimelineView& v) {
   const auto& g = v.goodput;
   std::string s = supervisor::percent(g.ratio()) + " - productive " +
@@ -203,6 +223,7 @@ std::string page(const StatusArgs& a, const RunDirTimeline& loaded, const Timeli
                                           ? "  (--config job.toml shows what is left)"
                                           : ""));
   row("notices", notices_lines(v));
+  if (v.nodes.size() > 1) row("nodes", nodes_lines(v));
   row("goodput", goodput_lines(v));
   row("runs",
       std::to_string(v.runs.size()) + ", " + std::to_string(v.attempts.size()) + " attempt(s), " +

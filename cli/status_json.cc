@@ -244,6 +244,13 @@ std::string status_json(const std::string& run_dir, const RunDirTimeline& loaded
     j.key("seconds_left").opt(n.seconds_left, [&](double x) -> Json& { return j.num(x, 3); });
     j.close('}');
   }
+  j.close(']').key("nodes").open('[');
+  for (const auto& n : v.nodes) {
+    j.open('{').key("node").u64(n.node).key("address").str(n.address).key("state").str(n.state);
+    j.key("attempt").opt(n.attempt, [&](uint64_t x) -> Json& { return j.u64(x); });
+    j.key("node_rank").opt(n.node_rank, [&](uint32_t x) -> Json& { return j.u64(x); });
+    j.key("since_unix_ms").i64(n.since_unix_ms).key("why").str(n.why).close('}');
+  }
   j.close(']').key("goodput");
   goodput(j, v.goodput);
   j.key("runs").open('[');

@@ -282,6 +282,7 @@ void Timeline::State::feed(const TimelineRecord& r) {
     runs.back().last_unix_ms = std::max(runs.back().last_unix_ms, r.time_unix_ms);
   if (opt.keep_records) records.push_back(r);
   if (is_evidence(r.type)) push_bounded(evidence, r);
+  on_node_record(r);
   const std::string& t = r.type;
   if (t == "start") return on_start(r);
   if (t == "launch") return on_launch(r);

@@ -116,6 +116,20 @@ struct CheckpointView {
   std::optional<uint64_t> bytes;  // when the record says
 };
 
+// One node of a multi-node job, as the coordinator's records tell it.
+struct NodeView {
+  uint64_t node = 0;
+  std::string address;
+  // "running" (placed in the running attempt), "waiting" (a member, not placed: it joined
+  // after the launch, or the job is between attempts), "lost", "unhealthy", "notified" (a stop
+  // notice on that node), "stopped" (the run ended).
+  std::string state;
+  std::optional<uint64_t> attempt;    // the latest attempt it was placed in
+  std::optional<uint32_t> node_rank;  // its node rank there
+  int64_t since_unix_ms = 0;          // in this state since
+  std::string why;                    // lost / unhealthy / notified: the records' words
+};
+
 struct RestartCount {
   std::string exit_class;
   uint32_t used = 0;            // in the latest run (budgets live in one `shardguard run`)
@@ -141,6 +155,7 @@ struct TimelineView {
   std::vector<NoticeView> notices;
   std::vector<AttemptView> attempts;
   std::vector<RunView> runs;
+  std::vector<NodeView> nodes;  // by node id; every node any record named
   // Records worth showing as evidence: hang, hang_report, node_unhealthy, node_lost,
   // launch_failed, checkpoint_failed, resume_failed, resume_skipped, quarantined,
   // quarantine_failed, give_up, stale_commit, commit_claim_rejected, implausible_step,

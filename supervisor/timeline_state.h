@@ -71,6 +71,7 @@ struct Timeline::State {
   double train_at_commit = 0;
   std::optional<uint64_t> step_at_commit;
   std::vector<NoticeView> notices;
+  std::map<uint64_t, NodeView> nodes;
   std::vector<TimelineRecord> evidence;
   std::optional<CheckpointView> last_checkpoint;
   uint64_t checkpoints = 0, lost_steps = 0;
@@ -110,6 +111,8 @@ struct Timeline::State {
   void on_backoff(const TimelineRecord& r);
   void on_finish(const TimelineRecord& r);
   void on_notice(const TimelineRecord& r, bool shortened);
+  // timeline_nodes.cc: node_joined, node_lost, node_unhealthy, a node's notice, launch, finish.
+  void on_node_record(const TimelineRecord& r);
   void feed(const TimelineRecord& r);
 
   // timeline_view.cc

@@ -115,6 +115,7 @@ TimelineView Timeline::view(int64_t now) const {
   v.lost_steps = s.lost_steps;
   v.restarts = s.restart_counts(now);
   v.notices = s.notices;
+  for (const auto& [id, n] : s.nodes) v.nodes.push_back(n);
   v.attempts = s.attempts;
   v.runs = s.runs;
   v.evidence = s.evidence;

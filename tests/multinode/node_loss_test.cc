@@ -7,6 +7,7 @@
 
 #include "tests/multinode/checks.h"
 #include "tests/multinode/cluster.h"
+#include "tests/support/command.h"
 
 using namespace shardguard::testing::multinode;
 using namespace std::chrono_literals;
@@ -74,6 +75,13 @@ TEST_CASE(
   CHECK(field(*shrunk, "nproc") == "2");
   CHECK(field(*shrunk, "resume_step") != "-1");
   CHECK(field(*shrunk, "master_port") == std::to_string(c.master_port() + 1));
+  // `status` shows each node's state: node 2 lost and why, the others placed in attempt 1.
+  const auto status = shardguard::testing::run_command(shardguard::testing::shardguard_bin() +
+                                                      " status --run-dir " + c.run_dir(0));
+  INFO(status.out << status.err);
+  CHECK_THAT(status.out, Catch::Contains("node 2 (") && Catch::Contains("): lost (last placed in attempt 0)"));
+  CHECK_THAT(status.out, Catch::Contains("connection closed"));
+  CHECK_THAT(status.out, Catch::Contains("): running as node rank 1 of attempt 1"));
 
   // The node comes back: it joins, and the job grows back at its next checkpoint.
   c.start(2);
