@@ -93,6 +93,7 @@ class Cluster {
   std::string logs() const;
 
   const std::string& ckpt() const { return ckpt_; }
+  const std::string& config() const { return config_; }
   std::string run_dir(int k) const;
   const std::string& secret() const { return secret_; }
   const std::string& job_id() const { return job_id_; }
