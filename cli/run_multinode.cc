@@ -48,12 +48,15 @@ std::string listen_address(const std::string& host) {
   return "0.0.0.0";
 }
 
-// Whether `host` names this node: the address it was told it has, or an address one of its
-// interfaces holds (the endpoint may be on another interface than the ranks' address, as
-// 127.0.0.1 beside --node-address 127.0.0.2). Node rank 0 embeds the coordinator only then:
-// an endpoint elsewhere is a standalone `shardguard coordinator`.
+// Whether `host` names this node: the address it was told it has, its host name (which
+// /etc/hosts may map to an address no interface holds, as Debian's 127.0.1.1, while the other
+// nodes resolve it to the real one: Slurm's NodeAddr defaults to the node's name), or an
+// address one of its interfaces holds (the endpoint may be on another interface than the
+// ranks' address, as 127.0.0.1 beside --node-address 127.0.0.2). Node rank 0 embeds the
+// coordinator only then: an endpoint elsewhere is a standalone `shardguard coordinator`.
 bool endpoint_is_here(const std::string& host, const std::string& node_address) {
   if (!node_address.empty() && host == node_address) return true;
+  if (host == host_name()) return true;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
