@@ -73,7 +73,7 @@ SlurmCase by_notice(const std::vector<SlurmStopSeen>& stops) {
 std::string case_text(SlurmCase c) {
   switch (c) {
     case SlurmCase::kUnhealthy:
-      return "this node failed a health check";
+      return "a node failed a health check";
     case SlurmCase::kTimeLimit:
       return "the time limit";
     case SlurmCase::kPreempted:
@@ -167,6 +167,11 @@ Result<std::optional<SlurmJobEnv>> read_slurm_job_env(const EnvMap& env) {
     SG_ASSIGN_OR_RETURN(uint32_t procid, number("SLURM_PROCID", p));
     e.procid = procid;
   }
+  if (auto n = get("SLURM_NODEID"); !n.empty()) {
+    SG_ASSIGN_OR_RETURN(uint32_t node_id, number("SLURM_NODEID", n));
+    e.node_id = node_id;
+  }
+  e.job_nodes = get("SLURM_JOB_NODELIST");
   e.node = get("SLURMD_NODENAME");
   e.partition = get("SLURM_JOB_PARTITION");
   if (auto sig = get("SBATCH_SIGNAL"); !sig.empty()) {
@@ -234,6 +239,8 @@ std::string_view slurm_case_name(SlurmCase c) {
       return "sigterm";
     case SlurmCase::kNoNotice:
       return "no-notice";
+    case SlurmCase::kOtherNode:
+      return "other-node";
   }
   return "unknown";
 }
@@ -242,6 +249,12 @@ SlurmRequeueDecision decide_slurm_requeue(const SlurmRunOutcome& o) {
   if (o.exit_code != 75)
     return no(SlurmCase::kNotStopped, "the run ended with exit " + std::to_string(o.exit_code) +
                                           ", not after an emergency checkpoint: not requeued");
+  // Before any read: the other nodes of a multi-node job read nothing (one read per notice
+  // for the whole job, not one per node).
+  if (!o.is_requeuer)
+    return no(SlurmCase::kOtherNode,
+              "a node of a multi-node job: the node that runs the job's coordinator (its first "
+              "node) reads the job's state and decides the requeue, once for the job");
   std::vector<const SlurmJobState*> views;
   for (const auto& s : o.stops)
     if (s.job) views.push_back(&*s.job);
@@ -288,7 +301,6 @@ SlurmRequeueDecision decide_slurm_requeue(const SlurmRunOutcome& o) {
                      "--requeue): it ends here");
   if (o.slurm_requeues_exit_75 && c != SlurmCase::kUnhealthy)
     return no(c, "stopped by " + cause + "; Slurm requeues exit 75 itself (RequeueExit=75)");
-  if (!o.is_requeuer) return no(c, "stopped by " + cause + "; the job's first node requeues it");
   SlurmRequeueDecision d{c, true, "", "stopped by " + cause + ": requeued"};
   if (c == SlurmCase::kUnhealthy) {
     d.exclude_node = o.unhealthy_node;

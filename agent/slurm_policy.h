@@ -63,6 +63,9 @@ struct SlurmJobEnv {
   uint32_t restart_count = 0;      // SLURM_RESTART_COUNT (unset: never requeued)
   std::string node;                // SLURMD_NODENAME
   std::optional<uint32_t> procid;  // SLURM_PROCID
+  // SLURM_NODEID: this node's index in the allocation (a multi-node job's node rank).
+  std::optional<uint32_t> node_id;
+  std::string job_nodes;           // SLURM_JOB_NODELIST ("n[1-2]"): node index k is its k-th host
   std::string partition;           // SLURM_JOB_PARTITION
   // SBATCH_SIGNAL, when the submission gave --signal that way (sbatch exports it to the job).
   // Slurm 22.05 shows a --signal flag nowhere else: not in `scontrol show job`, not in
@@ -93,9 +96,11 @@ struct SlurmRunOutcome {
   uint32_t restarts_at_start = 0;  // SLURM_RESTART_COUNT (0 when unset)
   std::vector<SlurmStopSeen> stops;
   std::optional<SlurmJobState> at_end;  // read after the run ended
-  std::string unhealthy_node;           // this node, when it failed a health check
+  std::string unhealthy_node;           // the Slurm name of the node that failed a health check
   bool slurm_requeues_exit_75 = false;  // RequeueExit lists 75: Slurm requeues it itself
-  bool is_requeuer = true;              // the job's first node: one requeue per job
+  // This process decides for the job: a single-node run, or the node that runs a multi-node
+  // job's coordinator. The other nodes never requeue: one requeue per job, not per node.
+  bool is_requeuer = true;
 };
 
 enum class SlurmCase {
@@ -103,7 +108,7 @@ enum class SlurmCase {
   kUnknown,          // the job's state could not be read
   kRequeuedBySlurm,  // `scontrol requeue` by a person, or Slurm's own: never twice
   kCancelled,        // a user's scancel: the job ends CANCELLED
-  kUnhealthy,        // this node failed a health check: requeue without it
+  kUnhealthy,        // a node of the job failed a health check: requeue without it
   kTimeLimit,        // the time limit (SIGTERM, then KillWait)
   kPreempted,        // preemption by a higher-priority job (REQUEUE or CANCEL mode)
   kSignalLead,       // --signal before the time limit (or scancel --signal)
@@ -112,6 +117,7 @@ enum class SlurmCase {
   kInterrupted,      // SIGINT: a person interrupted it
   kUnexplainedTerm,  // SIGTERM while the job runs, not from Slurm's scheduling
   kNoNotice,         // the ranks exited 75 by themselves
+  kOtherNode,        // a node of a multi-node job that does not run the coordinator
 };
 std::string_view slurm_case_name(SlurmCase c);  // "cancelled", "time-limit", ...
 
@@ -124,7 +130,7 @@ struct SlurmRequeueDecision {
 
 // The table (issue 12; docs/slurm.md). Requeues only after exit 75, only a requeueable
 // job that Slurm has not requeued and will not requeue itself, never after a user's scancel,
-// and only from the job's first node.
+// and only from the process that decides for the job (is_requeuer).
 SlurmRequeueDecision decide_slurm_requeue(const SlurmRunOutcome& outcome);
 
 }  // namespace shardguard::agent

@@ -21,6 +21,7 @@
 #include "io/http_server.h"
 #include "io/process.h"
 #include "agent/scheduler_env.h"
+#include "agent/slurm_scontrol.h"
 #include "supervisor/job_config_toml.h"
 #include "supervisor/rank_env.h"
 #include "supervisor/supervisor.h"
@@ -44,27 +45,6 @@ struct RunArgs {
   bool check_config = false;
   std::vector<std::string> command;
 };
-
-// `scontrol show hostnames LIST`, one host per line (Slurm's own expansion of n[1-3]).
-Result<std::vector<std::string>> slurm_hostnames(std::string_view list) {
-  const std::string cmd = "scontrol show hostnames '" + std::string(list) + "' 2>&1";
-  if (list.find('\'') != std::string_view::npos)
-    return Error(ErrorCode::kInvalid, "node list with a quote: " + std::string(list));
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return Error::from_errno("scontrol show hostnames", errno);
-  std::vector<std::string> hosts;
-  char line[512];
-  while (std::fgets(line, sizeof line, p) != nullptr) {
-    std::string h(line);
-    while (!h.empty() && (h.back() == '\n' || h.back() == '\r')) h.pop_back();
-    if (!h.empty()) hosts.push_back(h);
-  }
-  const int status = ::pclose(p);
-  if (status != 0 || hosts.empty())
-    return Error(ErrorCode::kInvalid, "scontrol show hostnames '" + std::string(list) +
-                                          "' failed (exit status " + std::to_string(status) + ")");
-  return hosts;
-}
 
 Result<supervisor::JobConfig> build_config(const RunArgs& a) {
   supervisor::JobConfig cfg;
@@ -153,8 +133,10 @@ int run(const RunArgs& a) {
     std::fprintf(stderr, "shardguard run: %s\n", cfg.error().message().c_str());
     return kExitUsage;
   }
+  // Slurm's own expansion of a node list (n[1-3]), bounded and with SIGTERM ignored.
+  const agent::Scontrol scontrol(agent::run_command_blocking);
   auto placement = agent::resolve_placement(agent::environment_snapshot(), a.placement,
-                                            slurm_hostnames);
+                                            scontrol.hostnames_function());
   if (!placement.ok()) {
     std::fprintf(stderr, "shardguard run: %s\n", placement.error().message().c_str());
     return kExitUsage;

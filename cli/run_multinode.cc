@@ -9,10 +9,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <string_view>
 
 #include "cli/job_services.h"
 #include "cli/node_services.h"
 #include "cli/production_deps.h"
+#include "cli/slurm_integration.h"
 #include "core/exit_codes.h"
 #include "io/event_loop.h"
 #include "net/secret.h"
@@ -45,12 +48,15 @@ std::string listen_address(const std::string& host) {
   return "0.0.0.0";
 }
 
-// Whether `host` names this node: the address it was told it has, or an address one of its
-// interfaces holds (the endpoint may be on another interface than the ranks' address, as
-// 127.0.0.1 beside --node-address 127.0.0.2). Node rank 0 embeds the coordinator only then:
-// an endpoint elsewhere is a standalone `shardguard coordinator`.
+// Whether `host` names this node: the address it was told it has, its host name (which
+// /etc/hosts may map to an address no interface holds, as Debian's 127.0.1.1, while the other
+// nodes resolve it to the real one: Slurm's NodeAddr defaults to the node's name), or an
+// address one of its interfaces holds (the endpoint may be on another interface than the
+// ranks' address, as 127.0.0.1 beside --node-address 127.0.0.2). Node rank 0 embeds the
+// coordinator only then: an endpoint elsewhere is a standalone `shardguard coordinator`.
 bool endpoint_is_here(const std::string& host, const std::string& node_address) {
   if (!node_address.empty() && host == node_address) return true;
+  if (host == host_name()) return true;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
@@ -87,11 +93,15 @@ void run_loop(ProductionDeps& production, Done done) {
 }
 
 // This node embeds the coordinator: the decision core, the network side, its own ranks.
+// Inside a Slurm job it decides the job's requeue, from the notices of every node.
 int run_coordinator(ProductionDeps& production, supervisor::Supervisor& sup,
                     supervisor::ClusterServer& server, const supervisor::JobConfig& cfg,
-                    const MultiNodeArgs& args) {
+                    const MultiNodeArgs& args, SlurmIntegration& slurm) {
   const io::Deps& deps = production.deps();
-  auto job = JobServices::start(deps, cfg, sup);
+  auto job = JobServices::start(
+      deps, cfg, sup, [&](std::string_view event, const std::map<std::string, std::string>& f) {
+        slurm.observe(event, f);
+      });
   if (!job.ok()) return fail(job.error().message(), kExitUsage);
   NodeServices node(deps, cfg,
                     {[&](const agent::Notice& n) { sup.notice(n); },
@@ -110,18 +120,24 @@ int run_coordinator(ProductionDeps& production, supervisor::Supervisor& sup,
   node.stop();
   (*job)->stop();
   server.stop();
-  return sup.exit_code();
+  return slurm.finish(sup.exit_code());  // Slurm: requeue by its table, once for the job
 }
 
 // A node that follows the coordinator: its ranks, its services, the connection. When the
 // coordinator stays away, the lowest-numbered surviving node of its record takes over: it
-// adopts the running epoch from the record (the ranks keep training) and the others follow it.
+// adopts the running epoch from the record (the ranks keep training) and the others follow it
+// (inside a Slurm job, the node that took over decides the requeue from then on).
 class FollowerNode {
  public:
   FollowerNode(ProductionDeps& production, const supervisor::JobConfig& cfg,
-               std::shared_ptr<const net::Secret> secret, const MultiNodeArgs& args)
-      : production_(production), deps_(production.deps()), cfg_(cfg), secret_(std::move(secret)),
+               std::shared_ptr<const net::Secret> secret, const MultiNodeArgs& args,
+               SlurmIntegration& slurm)
+      : production_(production),
+        deps_(production.deps()),
+        cfg_(cfg),
+        secret_(std::move(secret)),
         args_(args),
+        slurm_(slurm),
         launcher_(deps_.loop, deps_.launcher, supervisor::process_record_path(cfg.run_dir)) {}
 
   int run() {
@@ -172,7 +188,7 @@ class FollowerNode {
     if (job_) job_->stop();
     const int code = exit_code();
     events_.write("finish", {{"exit_code", int64_t{code}}});
-    return code;
+    return slurm_.finish(code);
   }
 
  private:
@@ -246,7 +262,12 @@ class FollowerNode {
     }
     sup->set_on_acknowledge([this](const agent::Notice& n) { node_->acknowledge(n); });
     sup->set_on_finish([this](int code, const std::string& summary) { server_->finish(code, summary); });
-    auto job = JobServices::start(deps_, cfg, *sup);
+    slurm_.take_decisions();
+    auto job = JobServices::start(
+        deps_, cfg, *sup,
+        [this](std::string_view event, const std::map<std::string, std::string>& f) {
+          slurm_.observe(event, f);
+        });
     if (job.ok()) job_ = std::move(*job);
     events_.write("takeover", {{"attempt", state.epoch}, {"listen", so.coordinator_address}});
     sup_ = std::move(sup);
@@ -258,6 +279,7 @@ class FollowerNode {
   supervisor::JobConfig cfg_;
   std::shared_ptr<const net::Secret> secret_;
   MultiNodeArgs args_;
+  SlurmIntegration& slurm_;
   supervisor::EventLog events_;
   supervisor::LocalLauncher launcher_;
   std::unique_ptr<supervisor::NodeRunner> runner_;
@@ -272,8 +294,9 @@ class FollowerNode {
 
 }  // namespace
 
-int run_multinode(const supervisor::JobConfig& cfg, const MultiNodeArgs& args) {
+int run_multinode(const supervisor::JobConfig& config, const MultiNodeArgs& args) {
   const agent::Placement& p = args.placement;
+  supervisor::JobConfig cfg = config;  // the Slurm integration adds the job's signal
   auto secret = net::load_secret(p.secret_file);
   if (!secret.ok()) return fail(secret.error().message(), kExitUsage);
   auto shared = std::make_shared<const net::Secret>(std::move(*secret));
@@ -291,7 +314,6 @@ int run_multinode(const supervisor::JobConfig& cfg, const MultiNodeArgs& args) {
   so.join_window = args.join_window;
   so.write_coordinator_log = true;
   so.coordinator_address = agent::to_string(p.rdzv);
-  const supervisor::JobConfig& coordinator_cfg = cfg;
   supervisor::ClusterServerOptions sopt;
   sopt.listen_address = listen_address(p.rdzv.host);
   sopt.port = p.rdzv.port;
@@ -302,16 +324,20 @@ int run_multinode(const supervisor::JobConfig& cfg, const MultiNodeArgs& args) {
   const bool coordinator_by_rank = p.node_rank && *p.node_rank == 0 && here;
   if (coordinator_by_rank || (!p.node_rank && here)) {
     // Node rank 0 runs the coordinator; without a rank, whoever binds the endpoint first does.
-    supervisor::Supervisor sup(deps, coordinator_cfg, so);
+    supervisor::Supervisor sup(deps, cfg, so);
     supervisor::ClusterServer server(deps, sopt, sup);
     auto bound = server.start();
-    if (bound.ok()) return run_coordinator(production, sup, server, coordinator_cfg, args);
+    if (bound.ok()) {
+      auto slurm = SlurmIntegration::attach(deps, cfg, SlurmRole::kDecides);
+      return run_coordinator(production, sup, server, cfg, args, *slurm);
+    }
     if (coordinator_by_rank)
       return fail("cannot listen on " + agent::to_string(p.rdzv) + ": " + bound.error().message(),
                   kExitFailure);
     spdlog::info("the endpoint {} is taken: another node coordinates", agent::to_string(p.rdzv));
   }
-  FollowerNode node(production, cfg, shared, args);
+  auto slurm = SlurmIntegration::attach(deps, cfg, SlurmRole::kFollows);
+  FollowerNode node(production, cfg, shared, args, *slurm);
   return node.run();
 }
 

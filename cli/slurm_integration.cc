@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <vector>
 
 #include "agent/signal_source.h"
@@ -31,19 +32,33 @@ std::string host_name() {
 
 struct SlurmIntegration::Impl {
   const io::Deps& d;
+  SlurmRole role;
   std::optional<agent::SlurmJobEnv> job;
   agent::Scontrol scontrol;
   supervisor::EventLog events;
   std::vector<agent::SlurmStopSeen> stops;
   std::vector<size_t> waiting;  // stops whose state is not read yet
   bool reading = false;
-  std::string unhealthy_node;
+  // The node (the decision core's id) that failed a health check; 0 is this one on one node.
+  std::optional<uint32_t> unhealthy_node;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
 
-  Impl(const io::Deps& deps, agent::CommandRunner runner) : d(deps), scontrol(std::move(runner)) {}
+  Impl(const io::Deps& deps, SlurmRole r, agent::CommandRunner runner)
+      : d(deps), role(r), scontrol(std::move(runner)) {}
   ~Impl() { *alive = false; }
 
   std::string node() const { return job && !job->node.empty() ? job->node : host_name(); }
+
+  // The Slurm name of node `id`: under srun a node's id is its SLURM_NODEID, the index of its
+  // host in the job's node list. Blocks (scontrol show hostnames) for another node's name.
+  std::string node_name(uint32_t id) const {
+    if (id == job->node_id.value_or(0)) return node();
+    auto hosts = scontrol.hostnames(job->job_nodes);
+    if (hosts.ok() && id < hosts->size()) return (*hosts)[id];
+    spdlog::warn("slurm: no host for node {} in SLURM_JOB_NODELIST='{}'{}", id, job->job_nodes,
+                 hosts.ok() ? "" : ": " + hosts.error().message());
+    return "";
+  }
 
   // One read at a time: the notices of one stop come in bursts (Slurm signals shardguard and
   // every rank at once), and one answer serves every notice that waited for it.
@@ -132,9 +147,9 @@ SlurmIntegration::~SlurmIntegration() = default;
 
 std::unique_ptr<SlurmIntegration> SlurmIntegration::attach(const io::Deps& deps,
                                                            supervisor::JobConfig& config,
-                                                           const agent::EnvMap& env,
+                                                           SlurmRole role, const agent::EnvMap& env,
                                                            agent::CommandRunner runner) {
-  auto impl = std::make_unique<Impl>(deps, std::move(runner));
+  auto impl = std::make_unique<Impl>(deps, role, std::move(runner));
   auto job = agent::read_slurm_job_env(env);
   if (!job.ok()) {
     spdlog::warn("slurm: {}; the Slurm defaults are off", job.error().message());
@@ -151,8 +166,9 @@ std::unique_ptr<SlurmIntegration> SlurmIntegration::attach(const io::Deps& deps,
     signals.push_back(sig);
   std::string names;
   for (int s : signals) names += (names.empty() ? "" : ",") + agent::signal_name(s);
-  spdlog::info("slurm: job {} (restart {}) on {}: notices on SIGTERM, SIGINT{}{}", j.job_id,
-               j.restart_count, impl->node(), names.empty() ? "" : ", ", names);
+  spdlog::info("slurm: job {} (restart {}) on {}: notices on SIGTERM, SIGINT{}{}{}", j.job_id,
+               j.restart_count, impl->node(), names.empty() ? "" : ", ", names,
+               role == SlurmRole::kFollows ? "; the coordinator's node decides the requeue" : "");
 
   if (auto st = deps.fs.create_dirs(config.run_dir); !st.ok())
     spdlog::warn("slurm: {}", st.error().message());
@@ -163,7 +179,8 @@ std::unique_ptr<SlurmIntegration> SlurmIntegration::attach(const io::Deps& deps,
                                      {"restart_count", uint64_t{j.restart_count}},
                                      {"node", impl->node()},
                                      {"partition", j.partition},
-                                     {"notice_signals", names}});
+                                     {"notice_signals", names},
+                                     {"decides", role == SlurmRole::kDecides}});
   } else {
     spdlog::warn("slurm: {}", log.error().message());
   }
@@ -172,17 +189,29 @@ std::unique_ptr<SlurmIntegration> SlurmIntegration::attach(const io::Deps& deps,
 
 bool SlurmIntegration::active() const { return impl_->job.has_value(); }
 
+void SlurmIntegration::take_decisions() {
+  if (impl_->role == SlurmRole::kDecides) return;
+  impl_->role = SlurmRole::kDecides;
+  if (impl_->job) spdlog::info("slurm: this node runs the coordinator now: it decides the requeue");
+}
+
 void SlurmIntegration::observe(std::string_view event,
                                const std::map<std::string, std::string>& fields) {
   Impl& m = *impl_;
-  if (!m.job) return;
+  if (!m.job || m.role != SlurmRole::kDecides) return;
   std::string notice;
   if (event == "preempt_notice") {
     auto it = fields.find("reason");
     notice = it == fields.end() ? std::string("notice") : it->second;
   } else if (event == "node_unhealthy") {
     notice = "node-unhealthy";
-    m.unhealthy_node = m.node();
+    uint32_t id = 0;
+    if (auto it = fields.find("node"); it != fields.end()) {
+      auto [end, ec] =
+          std::from_chars(it->second.data(), it->second.data() + it->second.size(), id);
+      if (ec != std::errc() || end != it->second.data() + it->second.size()) id = 0;
+    }
+    if (!m.unhealthy_node) m.unhealthy_node = id;
   } else {
     return;
   }
@@ -201,9 +230,9 @@ int SlurmIntegration::finish(int exit_code) {
   o.exit_code = exit_code;
   o.restarts_at_start = m.job->restart_count;
   o.stops = m.stops;
-  o.unhealthy_node = m.unhealthy_node;
-  o.is_requeuer = !m.job->procid || *m.job->procid == 0;
-  if (exit_code == 75) {
+  o.is_requeuer = m.role == SlurmRole::kDecides;
+  if (o.is_requeuer && m.unhealthy_node) o.unhealthy_node = m.node_name(*m.unhealthy_node);
+  if (exit_code == 75 && o.is_requeuer) {
     auto end = m.read_at_end();
     if (end.ok()) o.at_end = *end;
     auto rq = m.scontrol.requeue_exit_lists(75);

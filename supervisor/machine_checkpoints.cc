@@ -283,7 +283,7 @@ void AttemptMachine::Impl::on(Now now, const event::Notice& n) {
 
 void AttemptMachine::Impl::on(Now now, const event::NodeUnhealthy& e) {
   record("node_unhealthy", {{"node", uint64_t{e.node}}, {"evidence", e.evidence}});
-  hook("node_unhealthy", {{"evidence", e.evidence}});
+  hook("node_unhealthy", {{"node", std::to_string(e.node)}, {"evidence", e.evidence}});
   node_unhealthy = true;
   event::Notice n;
   n.node = e.node;

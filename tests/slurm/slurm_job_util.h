@@ -1,8 +1,8 @@
 // shardguard jobs on the real Slurm of tests/support/slurm_cluster.h: the shipped
 // examples/slurm/train.sbatch submitted as it is (its knobs set through sbatch's --export),
 // the example trainer (or any command) as the ranks, a fast job config in a temp dir, and
-// readers of the run's events and final weights. One node today; `nodes` in the sbatch
-// arguments and the srun line are what the multi-node variants change.
+// readers of the run's events and final weights. One node by default; `-N2` in the sbatch
+// arguments runs the same script on two nodes (each logs in <run dir>/node<k>).
 #pragma once
 
 #include <catch2/catch.hpp>
@@ -44,13 +44,15 @@ struct SlurmRun {
   std::vector<std::string> command;  // the ranks' command (default: the example trainer)
   std::vector<std::string> exports;  // more "K=V" for the job's environment
 
-  explicit SlurmRun(std::vector<std::string> trainer_args, std::string config_extra = "") {
+  // `job_extra`: more lines of the [job] table (e.g. "master_port = 24000\n").
+  explicit SlurmRun(std::vector<std::string> trainer_args, std::string config_extra = "",
+                    std::string job_extra = "") {
     command = {trainer_bin()};
     command.insert(command.end(), trainer_args.begin(), trainer_args.end());
     // [stop] grace below the fixture's KillWait and GraceTime (5 s).
     std::ofstream(dirs.config()) << "[job]\nnproc = 2\ncheckpoint_dir = \"" << dirs.ckpt()
                                  << "\"\nrun_dir = \"" << dirs.run() << "\"\n"
-                                 << "[checkpoint]\nevery_steps = 100\n"
+                                 << job_extra << "[checkpoint]\nevery_steps = 100\n"
                                  << "[restart]\nbackoff_initial = \"10ms\"\n"
                                  << "[stop]\ngrace = \"4s\"\nterm_grace = \"2s\"\n"
                                  << config_extra;

@@ -97,9 +97,16 @@ TEST_CASE("slurm policy: the requeue table", "[unit]") {
        SlurmCase::kSignalLead, false, "", "not requeueable"},
       {"--signal with RequeueExit=75", with(lead, [](auto& o) { o.slurm_requeues_exit_75 = true; }),
        SlurmCase::kSignalLead, false, "", "RequeueExit=75"},
-      {"--signal on a node that is not the job's first",
-       with(lead, [](auto& o) { o.is_requeuer = false; }), SlurmCase::kSignalLead, false, "",
-       "first node"},
+      {"--signal on a node of a multi-node job that does not run the coordinator",
+       with(lead, [](auto& o) { o.is_requeuer = false; }), SlurmCase::kOtherNode, false, "",
+       "once for the job"},
+      {"that node read nothing (only the coordinator's node reads the job's state)",
+       with(SlurmRunOutcome{},
+            [](auto& o) {
+              o.exit_code = 75;
+              o.is_requeuer = false;
+            }),
+       SlurmCase::kOtherNode, false, "", "first node"},
       {"scancel --signal=USR1 --batch (forwarded by the batch shell)", lead, SlurmCase::kSignalLead,
        true, "", "requeued"},
       {"scancel", stopped({{"sigterm", job("COMPLETING")}}, job("COMPLETING")),
@@ -248,6 +255,8 @@ TEST_CASE("slurm policy: the job's environment", "[unit]") {
   auto e = read_slurm_job_env({{"SLURM_JOB_ID", "7"},
                                {"SLURM_RESTART_COUNT", "2"},
                                {"SLURM_PROCID", "0"},
+                               {"SLURM_NODEID", "1"},
+                               {"SLURM_JOB_NODELIST", "n[1-2]"},
                                {"SLURMD_NODENAME", "n2"},
                                {"SLURM_JOB_PARTITION", "low"},
                                {"SBATCH_SIGNAL", "B:USR2@90"}});
@@ -256,6 +265,8 @@ TEST_CASE("slurm policy: the job's environment", "[unit]") {
   CHECK((*e)->job_id == 7);
   CHECK((*e)->restart_count == 2);
   CHECK((*e)->procid == 0u);
+  CHECK((*e)->node_id == 1u);
+  CHECK((*e)->job_nodes == "n[1-2]");
   CHECK((*e)->node == "n2");
   CHECK((*e)->partition == "low");
   REQUIRE((*e)->signal);
@@ -264,9 +275,11 @@ TEST_CASE("slurm policy: the job's environment", "[unit]") {
   REQUIRE(first.ok());
   CHECK((*first)->restart_count == 0);
   CHECK_FALSE((*first)->procid.has_value());
+  CHECK_FALSE((*first)->node_id.has_value());
   for (const auto& [k, v] :
        std::vector<std::pair<std::string, std::string>>{{"SLURM_JOB_ID", "x"},
                                                         {"SLURM_RESTART_COUNT", "-1"},
+                                                        {"SLURM_NODEID", "first"},
                                                         {"SBATCH_SIGNAL", "B:"},
                                                         {"SHARDGUARD_SLURM", "maybe"}}) {
     EnvMap env{{"SLURM_JOB_ID", "9"}};
