@@ -251,6 +251,12 @@ void AttemptMachine::Impl::attempt_ended(Now now) {
       return finish(now, command::FinalState::kPreempted, kExitPreempted, emergency_summary());
     record("shrink", {{"nodes", uint64_t(placeable_nodes().size())},
                       {"why", "notified nodes leave: " + emergency->reason}});
+    // The notified nodes' supervisors are done: they exit instead of idling to the job's end.
+    for (auto& m : members)
+      if (m.leaving && m.alive) {
+        out.push_back(command::Release{m.node, emergency->reason});
+        record("node_released", {{"node", uint64_t{m.node}}, {"why", emergency->reason}});
+      }
     emergency.reset();
     return relaunch_after(now, policies::ExitClass::kPreempted, "preempted: nodes left", detail, a);
   }

@@ -135,6 +135,11 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void on_command(const Command& c) {
+    if (auto* r = std::get_if<command::Release>(&c)) {
+      if (r->node != runner.node()) return;
+      spdlog::warn("node: this node leaves the job ({}); the others go on without it", r->why);
+      return finish(kExitPreempted);
+    }
     if (auto* a = std::get_if<command::AckNotice>(&c)) {
       const uint64_t local = a->notice_id & 0xffffffffu;
       if ((a->notice_id >> 32) != runner.node()) return;

@@ -81,6 +81,7 @@ std::string_view command_name(const Command& c) {
                              [](const command::Record&) { return "record"; },
                              [](const command::Hook&) { return "hook"; },
                              [](const command::AckNotice&) { return "ack_notice"; },
+                             [](const command::Release&) { return "release"; },
                              [](const command::Quarantine&) { return "quarantine"; },
                              [](const command::QuarantineFrom&) { return "quarantine_from"; },
                              [](const command::CollectHangReport&) { return "collect_hang_report"; },

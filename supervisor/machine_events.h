@@ -260,6 +260,12 @@ struct Quarantine {
   std::string manifest;
   std::string reason;
 };
+// A node that leaves an elastic job for good (a stop notice on it, a drain, a failed health
+// check) while the others go on: its `shardguard run` exits (75: it was stopped by a notice).
+struct Release {
+  NodeId node = 0;
+  std::string why;
+};
 // Set aside every checkpoint of step `from_step` or later (the divergence guard's rollback).
 struct QuarantineFrom {
   uint64_t from_step = 0;
@@ -283,7 +289,7 @@ struct Finish {
 using Command =
     std::variant<command::FindResume, command::Launch, command::TearDown, command::CheckpointNow,
                  command::AbortSave, command::ArmTimer, command::CancelTimer, command::Record,
-                 command::Hook, command::AckNotice, command::Quarantine,
+                 command::Hook, command::AckNotice, command::Release, command::Quarantine,
                  command::QuarantineFrom, command::CollectHangReport, command::Finish>;
 using Commands = std::vector<Command>;
 

@@ -284,6 +284,7 @@ Result<json::object> encode_command(const Command& c) {
           [&](const command::AbortSave& x) { o["epoch"] = x.epoch; o["step"] = x.step; o["why"] = x.why; },
           [&](const command::CollectHangReport& x) { o["epoch"] = x.epoch; o["rank"] = x.rank; },
           [&](const command::AckNotice& x) { o["notice_id"] = x.notice_id; },
+          [&](const command::Release& x) { o["node"] = x.node; o["why"] = x.why; },
           [&](const auto&) {
             unsupported = Error(ErrorCode::kInvalid, "command '" + std::string(command_name(c)) +
                                                          "' does not travel between nodes");
@@ -351,6 +352,12 @@ Result<Command> decode_command(Reader& r, const std::string& name) {
     command::CollectHangReport x;
     SG_ASSIGN_OR_RETURN(x.epoch, r.u64("epoch"));
     SG_ASSIGN_OR_RETURN(x.rank, r.u32("rank"));
+    return Command(x);
+  }
+  if (name == "release") {
+    command::Release x;
+    SG_ASSIGN_OR_RETURN(x.node, r.u32("node"));
+    SG_ASSIGN_OR_RETURN(x.why, r.str("why"));
     return Command(x);
   }
   if (name == "ack_notice") {

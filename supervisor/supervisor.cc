@@ -223,6 +223,16 @@ struct Supervisor::Impl {
                 fields["attempt"] = std::to_string(machine.epoch());
                 if (on_lifecycle) on_lifecycle(h.event, std::move(fields));
               },
+              [&](const command::Release& r) {
+                // The coordinator's own node stays: the job still needs its coordinator.
+                if (node && r.node == opt.local_node_id) {
+                  spdlog::warn("node {} (this one) leaves the job ({}); it stays as the coordinator",
+                               r.node, r.why);
+                  return;
+                }
+                for (auto& [id, send] : remote)
+                  if (id == r.node) send(r);
+              },
               [&](const command::AckNotice& a) {
                 auto it = notices.find(a.notice_id);
                 if (it != notices.end() && on_acknowledge) on_acknowledge(it->second);

@@ -122,7 +122,8 @@ struct NodeView {
   std::string address;
   // "running" (placed in the running attempt), "waiting" (a member, not placed: it joined
   // after the launch, or the job is between attempts), "lost", "unhealthy", "notified" (a stop
-  // notice on that node), "stopped" (the run ended).
+  // notice on that node), "left" (released after its notice, the job went on without it),
+  // "stopped" (the run ended).
   std::string state;
   std::optional<uint64_t> attempt;    // the latest attempt it was placed in
   std::optional<uint32_t> node_rank;  // its node rank there

@@ -39,7 +39,10 @@ void Timeline::State::on_node_record(const TimelineRecord& r) {
       nodes[*id].address = r.text("address");
     }
   } else if (t == "node_lost") {
-    if (auto id = r.count("node")) set(*id, "lost", r.text("why"));
+    // A released node's connection closes as it exits: it left, it was not lost.
+    if (auto id = r.count("node"); id && nodes[*id].state != "left") set(*id, "lost", r.text("why"));
+  } else if (t == "node_released") {
+    if (auto id = r.count("node")) set(*id, "left", r.text("why"));
   } else if (t == "node_unhealthy") {
     if (auto id = r.count("node")) set(*id, "unhealthy", r.text("evidence"));
   } else if (t == "notice" && r.text("action") != "checkpoint") {
@@ -50,6 +53,7 @@ void Timeline::State::on_node_record(const TimelineRecord& r) {
     const auto placed = node_list(r.text("nodes"));
     for (auto& [id, n] : nodes)
       if (n.state == "running") set(id, "waiting", "");
+    // (A node that left stays "left": it is never placed again.)
     for (size_t i = 0; i < placed.size(); ++i) {
       // A node placed without a node_joined of its own (a single-node run) is listed too.
       set(placed[i], "running", "");

@@ -77,6 +77,9 @@ std::string describe_raw(const TimelineRecord& r) {
            ", first attempt " + count_field(r, "first_attempt");
   if (t == "node_joined")
     return "node " + count_field(r, "node") + " joined (" + count_field(r, "nodes") + " now)";
+  if (t == "node_released")
+    return "node " + count_field(r, "node") + " leaves the job (" + r.text("why") +
+           "): its shardguard run exits, the others go on";
   if (t == "node_lost")
     return "node " + count_field(r, "node") + " lost: " + r.text("why") + " (" +
            count_field(r, "nodes") + " left)";

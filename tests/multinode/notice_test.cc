@@ -131,15 +131,21 @@ TEST_CASE(
   c.start_all();
   REQUIRE(wait_event_type(c, "checkpoint_committed", 60s));
   notify(c, 2, How::kSigterm);
+  // The notified node is never placed again, and its `shardguard run` exits 75 as soon as the
+  // job has shrunk (released by the coordinator), while the others go on.
+  REQUIRE(wait_event_type(c, "shrink", 60s));
+  CHECK(c.wait(2, 10s) == 75);
+  const int64_t node2_gone = wall_ms_now();
   CHECK(c.wait(0, 120s) == 0);
   CHECK(c.wait(1, 10s) == 0);
-  // The notified node is never placed again. Its `shardguard run` stays connected, unplaced,
-  // until the job ends and then exits with the job's code (0); an exit 75 as soon as its
-  // ranks are gone would let a scheduler reclaim it early (reported).
-  const int left = c.wait(2, 20s);
-  CHECK((left == 0 || left == 75));
   const uint64_t at_step = check_one_emergency(c, 2, 0, 3);
   const auto events = c.events();
+  const auto released = of_type(events, "node_released");
+  REQUIRE(released.size() == 1);
+  CHECK(field(released[0], "node") == "2");
+  const auto finished = of_type(events, "finish");
+  REQUIRE(finished.size() == 1);
+  CHECK(node2_gone < finished[0].time_unix_ms);
   const auto shrink = of_type(events, "shrink");
   REQUIRE(shrink.size() == 1);
   CHECK(field(shrink[0], "nodes") == "2");
@@ -172,6 +178,8 @@ TEST_CASE("`shardguard drain` of one node of a MIN:MAX job: that node leaves, th
   c.start_all();
   REQUIRE(wait_event_type(c, "checkpoint_committed", 60s));
   notify(c, 2, How::kDrain);
+  REQUIRE(wait_event_type(c, "shrink", 60s));
+  CHECK(c.wait(2, 10s) == 75);  // released at once
   REQUIRE(c.wait(0, 120s) == 0);
   CHECK(c.wait(1, 10s) == 0);
   CHECK(of_type(c.events(), "shrink").size() == 1);

@@ -151,6 +151,11 @@ TEST_CASE("a notice on one node: one global emergency checkpoint, then that node
   d.confirm_teardown();
   CHECK_FALSE(d.machine().finished());
   CHECK(d.records("shrink").size() == 1);
+  // The notified node is released: its supervisor exits instead of idling to the job's end.
+  auto released = d.all_of<command::Release>();
+  REQUIRE(released.size() == 1);
+  CHECK(released[0].node == 3);
+  CHECK(d.last_field("node_released", "node") == "3");
   d.advance(*d.timer_in(TimerId::kBackoff));
   d.resume(c->at_step);
   auto l = d.last<command::Launch>();

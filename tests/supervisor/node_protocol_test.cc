@@ -81,6 +81,9 @@ TEST_CASE("node protocol: commands round-trip", "[supervisor][unit]") {
   CHECK(command_round_trip(command::Launch{1, 2, 2, "h", 1, std::nullopt, "", {{0, 0, 0, 2}}, 0})
             .resume_step == std::nullopt);
   CHECK(command_round_trip(command::TearDown{9, "node 7 lost"}).why == "node 7 lost");
+  auto rel = command_round_trip(command::Release{7, "aws spot-interruption"});
+  CHECK(rel.node == 7);
+  CHECK(rel.why == "aws spot-interruption");
   auto c = command_round_trip(
       command::CheckpointNow{9, 120, from_unix_ms(1000), "aws-spot", CheckpointKind::kEmergency});
   CHECK(c.at_step == 120);
