@@ -293,6 +293,30 @@ TEST_CASE("Space recovery frees garbage, then old complete steps, then quarantin
   }
 }
 
+TEST_CASE("A step removed by space recovery is forgotten, even one due or in the window",
+          "[retention]") {
+  // keep_last 2, 300 protected (the resume step): the window holds 100 and 200, and 50 is
+  // due since the scan. Space recovery (which counts the protected 300 among the newest 2)
+  // removes 50 and 100 before the tracker hands either out; then the commits go on. Before
+  // the fix the next commit threw from steps_.at(50): the supervisor died with exit 1 after
+  // an emergency save had made room on a nearly full disk.
+  RetentionPolicy policy{2, 0, {300}};
+  RetentionTracker tracker("/ck", policy);
+  std::vector<CatalogEntry> listing;
+  for (uint64_t s : {300, 200, 100, 50}) listing.push_back(entry(s, CheckpointState::kComplete));
+  tracker.seed(listing);
+  for (uint64_t s : {50, 100}) tracker.on_removed(s, {});
+  std::vector<Removal> handed;
+  REQUIRE_NOTHROW(handed = tracker.on_committed(400, 10));
+  CHECK(handed.empty());  // 200 and 400 in the window now
+  REQUIRE_NOTHROW(handed = tracker.on_committed(500, 10));
+  CHECK(steps_of(handed) == std::vector<uint64_t>{200});
+  for (const auto& s : tracker.steps()) {
+    CHECK(s.step != 50);
+    CHECK(s.step != 100);
+  }
+}
+
 TEST_CASE("Quarantined steps expire after quarantine_keep", "[retention]") {
   const WallTime now = from_unix_ms(1'767'323'045'000);
   std::vector<QuarantineEntry> q(3);
