@@ -278,6 +278,7 @@ TEST_CASE("Space recovery frees garbage, then old complete steps, then quarantin
   auto plan = plan_space_recovery(steps, quarantined, c.need, protect, 2);
   CHECK(steps_of(plan.removals) == c.order);
   CHECK(plan.enough == c.enough);
+  CHECK(plan.bytes_reclaimable == 46);  // every candidate, whatever the need
   uint64_t freed = 0;
   for (const auto& r : plan.removals) freed += r.bytes;
   CHECK(plan.bytes_freed == freed);
@@ -285,6 +286,11 @@ TEST_CASE("Space recovery frees garbage, then old complete steps, then quarantin
     CHECK(r.step != 600);
     CHECK(r.step != 300);
     CHECK_THAT(r.why, Catch::Contains("emergency save"));
+  }
+  SECTION("the reason names what the space is for") {
+    auto next = plan_space_recovery(steps, quarantined, 13, protect, 2, "the next checkpoint");
+    REQUIRE_FALSE(next.removals.empty());
+    for (const auto& r : next.removals) CHECK_THAT(r.why, Catch::EndsWith("for the next checkpoint"));
   }
   if (c.order.size() >= 6) CHECK(plan.removals[5].kind == Removal::Kind::kQuarantined);
   SECTION("keep_last 0 keeps every complete step even here") {
