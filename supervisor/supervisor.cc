@@ -178,7 +178,11 @@ struct Supervisor::Impl {
       committed_this_run = true;
       keeper->on_committed(c->step, c->bytes);
     }
-    if (auto* f = std::get_if<event::SaveFailed>(&e)) keeper->on_save_failed(f->step);
+    if (auto* f = std::get_if<event::SaveFailed>(&e)) {
+      spdlog::warn("attempt {}: checkpoint of step {} failed on rank {}: {}", f->epoch, f->step,
+                   f->rank, f->error);
+      keeper->on_save_failed(f->step, f->no_space);
+    }
   }
 
   void execute(const Commands& commands) {
@@ -372,6 +376,9 @@ Status Supervisor::start() {
   Impl* p = impl_.get();
   m.keeper->set_on_lost([p](const std::string& why) {
     p->feed(event::Abort{"the checkpoint directory was taken over: " + why, kExitConfig});
+  });
+  m.keeper->set_on_never_fits([p](const std::string& why) {
+    p->feed(event::Abort{"requeueing will not help: " + why, kExitConfig});
   });
   if (m.opt.existing_node) {
     m.node = m.opt.existing_node;
