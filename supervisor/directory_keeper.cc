@@ -452,16 +452,17 @@ void DirectoryKeeper::quarantine(uint64_t step, const std::string& reason,
       });
 }
 
-void DirectoryKeeper::make_room() {
+void DirectoryKeeper::make_room(std::function<void()> done) {
   Impl& m = *impl_;
-  if (!m.tracker || !m.newest_bytes) return;
+  if (!m.tracker || !m.newest_bytes) return done();
   auto free = m.d.fs.free_space(m.cfg.checkpoint_dir);
-  if (!free.ok() || *free >= *m.newest_bytes) return;
+  if (!free.ok() || *free >= *m.newest_bytes) return done();
   auto plan = m.room_plan(*m.newest_bytes - *free, "an emergency save");
   spdlog::warn("the disk under '{}' has {} free, the checkpoint needs about {}: freeing {}{}",
                m.cfg.checkpoint_dir, format_size(*free), format_size(*m.newest_bytes),
                format_size(plan.bytes_freed), plan.enough ? "" : " (not enough)");
-  m.apply(std::move(plan.removals));
+  if (plan.removals.empty()) return done();
+  m.apply_then(std::move(plan.removals), [done = std::move(done)](Impl&) { done(); });
 }
 
 void DirectoryKeeper::close(bool preempted, bool committed) {

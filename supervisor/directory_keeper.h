@@ -65,7 +65,8 @@ class DirectoryKeeper {
                   std::function<void(Result<std::string>)> done);
   // Before an emergency save: when the free space under the checkpoint directory is less than
   // one checkpoint (the newest one's size), frees space in retention's order, logging each.
-  void make_room();
+  // `done` runs on the loop once the removals have ended (at once when there are none).
+  void make_room(std::function<void()> done);
   // The run ends: records it in the history and releases the lease.
   void close(bool preempted, bool committed);
 
