@@ -119,8 +119,8 @@ std::string_view removal_kind_name(Removal::Kind kind) {
 SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
                                       const std::vector<QuarantineEntry>& quarantined,
                                       uint64_t bytes_to_free,
-                                      const std::set<uint64_t>& protected_steps,
-                                      uint32_t keep_last, std::string_view purpose) {
+                                      const std::set<uint64_t>& protected_steps, uint32_t keep_last,
+                                      std::string_view purpose) {
   std::vector<const StepSpace*> by_age;  // oldest first
   for (const auto& s : steps) by_age.push_back(&s);
   std::sort(by_age.begin(), by_age.end(),
@@ -143,10 +143,10 @@ SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
   for (const StepSpace* s : by_age) {
     if (s->state == CheckpointState::kComplete || protected_steps.contains(s->step)) continue;
     const bool corrupt = s->state == CheckpointState::kCorrupt;
-    candidates.push_back(
-        removal_of(*s, corrupt ? Removal::Kind::kCorrupt : Removal::Kind::kIncomplete,
-                   std::string(checkpoint_state_name(s->state)) + ", freeing " +
-                       format_size(s->bytes) + for_what));
+    candidates.push_back(removal_of(*s,
+                                    corrupt ? Removal::Kind::kCorrupt : Removal::Kind::kIncomplete,
+                                    std::string(checkpoint_state_name(s->state)) + ", freeing " +
+                                        format_size(s->bytes) + for_what));
   }
   const size_t garbage_only = candidates.size();
   for (const StepSpace* s : by_age) {
@@ -164,8 +164,8 @@ SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
   });
   for (const QuarantineEntry* e : q_by_age)
     candidates.push_back({Removal::Kind::kQuarantined, e->step, e->dir, e->bytes,
-                          "remove quarantined step " + std::to_string(e->step) + " (" +
-                              e->reason + "), freeing " + format_size(e->bytes) + for_what});
+                          "remove quarantined step " + std::to_string(e->step) + " (" + e->reason +
+                              "), freeing " + format_size(e->bytes) + for_what});
 
   SpaceRecoveryPlan plan;
   for (const auto& r : candidates) plan.bytes_reclaimable += r.bytes;

@@ -95,8 +95,7 @@ struct SpaceRecoveryPlan {
 SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
                                       const std::vector<QuarantineEntry>& quarantined,
                                       uint64_t bytes_to_free,
-                                      const std::set<uint64_t>& protected_steps,
-                                      uint32_t keep_last,
+                                      const std::set<uint64_t>& protected_steps, uint32_t keep_last,
                                       std::string_view purpose = "an emergency save");
 
 // Quarantined steps set aside at least `keep` before `now`, oldest first.

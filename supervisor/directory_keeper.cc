@@ -107,19 +107,19 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
     if (protected_step && !after_attempt) keep.insert(*protected_step);
     return checkpoint::plan_space_recovery(
         tracker->steps(),
-        quarantined.ok() ? *quarantined : std::vector<checkpoint::QuarantineEntry>{}, needed,
-        keep, cfg.keep_last, purpose);
+        quarantined.ok() ? *quarantined : std::vector<checkpoint::QuarantineEntry>{}, needed, keep,
+        cfg.keep_last, purpose);
   }
 
   std::string never_fits_text(uint64_t free, uint64_t reclaimable) const {
-    const std::string kept =
-        cfg.keep_last == 0 ? std::string("keep_last 0 keeps every complete checkpoint")
-                           : "the newest complete one and the newest keep_last = " +
-                                 std::to_string(cfg.keep_last) + " stay";
-    return "the disk of '" + cfg.checkpoint_dir + "' can never hold one more checkpoint: " +
-           format_size(free) + " free and " + format_size(reclaimable) +
-           " that retention may remove (" + kept + "), a checkpoint takes " +
-           format_size(newest_bytes.value_or(0)) +
+    const std::string kept = cfg.keep_last == 0
+                                 ? std::string("keep_last 0 keeps every complete checkpoint")
+                                 : "the newest complete one and the newest keep_last = " +
+                                       std::to_string(cfg.keep_last) + " stay";
+    return "the disk of '" + cfg.checkpoint_dir +
+           "' can never hold one more checkpoint: " + format_size(free) + " free and " +
+           format_size(reclaimable) + " that retention may remove (" + kept +
+           "), a checkpoint takes " + format_size(newest_bytes.value_or(0)) +
            " (free space there, lower [checkpoint] keep_last, or move the job to a larger volume)";
   }
 
@@ -144,10 +144,9 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   // save decides: checkpoints may shrink, a neighbour may free space).
   void room_for_next(std::optional<uint64_t> failed) {
     const std::string& dir = cfg.checkpoint_dir;
-    const std::string what =
-        failed ? "the save of step " + std::to_string(*failed) + " found the disk under '" + dir +
-                     "' full"
-               : "the disk under '" + dir + "' is nearly full";
+    const std::string what = failed ? "the save of step " + std::to_string(*failed) +
+                                          " found the disk under '" + dir + "' full"
+                                    : "the disk under '" + dir + "' is nearly full";
     auto free = d.fs.free_space(dir);
     if (!free.ok()) {
       if (failed) spdlog::warn("{}: {}", what, free.error().message());
@@ -353,7 +352,8 @@ Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& expl
 
   checkpoint::RetentionPolicy p{m.cfg.keep_last, m.cfg.keep_every, {}};
   m.tracker = std::make_unique<checkpoint::RetentionTracker>(dir, p);
-  if (auto st = m.tracker->scan(fs); !st.ok()) spdlog::warn("retention scan: {}", st.error().message());
+  if (auto st = m.tracker->scan(fs); !st.ok())
+    spdlog::warn("retention scan: {}", st.error().message());
   for (const auto& s : m.tracker->steps()) {
     if (s.state != checkpoint::CheckpointState::kComplete) continue;
     m.newest_bytes = s.bytes;

@@ -290,7 +290,8 @@ TEST_CASE("Space recovery frees garbage, then old complete steps, then quarantin
   SECTION("the reason names what the space is for") {
     auto next = plan_space_recovery(steps, quarantined, 13, protect, 2, "the next checkpoint");
     REQUIRE_FALSE(next.removals.empty());
-    for (const auto& r : next.removals) CHECK_THAT(r.why, Catch::EndsWith("for the next checkpoint"));
+    for (const auto& r : next.removals)
+      CHECK_THAT(r.why, Catch::EndsWith("for the next checkpoint"));
   }
   if (c.order.size() >= 6) CHECK(plan.removals[5].kind == Removal::Kind::kQuarantined);
   SECTION("keep_last 0 keeps every complete step even here") {

@@ -167,8 +167,7 @@ TEST_CASE("The disk fills up mid-save and can never hold one more checkpoint: ex
   CHECK_THAT(log, Catch::Contains("checkpoint of step 60 failed on rank"));
   CHECK_THAT(log, Catch::Contains(ckpt + "/step-000000060/shard-"));
   CHECK_THAT(log, Catch::Contains("No space left on device"));
-  CHECK_THAT(log, Catch::Contains("the disk of '" + ckpt +
-                                  "' can never hold one more checkpoint"));
+  CHECK_THAT(log, Catch::Contains("the disk of '" + ckpt + "' can never hold one more checkpoint"));
   CHECK_THAT(log, Catch::Contains("keep_last = 3"));
   CHECK_THAT(log, Catch::Contains("(exit 78)"));
   // So do the events: the failure with its cause, one launch (no restart redoing the same
@@ -180,7 +179,8 @@ TEST_CASE("The disk fills up mid-save and can never hold one more checkpoint: ex
   CHECK_THAT(field(failed[0], "error"), Catch::Contains("No space left on device"));
   CHECK(events_named(d, "launch").size() == 1);
   std::vector<std::string> committed;
-  for (const auto& e : events_named(d, "checkpoint_committed")) committed.push_back(field(e, "step"));
+  for (const auto& e : events_named(d, "checkpoint_committed"))
+    committed.push_back(field(e, "step"));
   CHECK(committed == std::vector<std::string>{"20", "40"});
   REQUIRE(events_named(d, "finish").size() == 1);
   CHECK(field(events_named(d, "finish")[0], "exit_code") == "78");
@@ -290,7 +290,8 @@ TEST_CASE("A notice on a full disk: the supervisor frees an old checkpoint, the 
                        " for an emergency save"}));
   auto finish = events_named(d, "finish");
   REQUIRE(finish.size() == 2);
-  CHECK_THAT(field(finish[1], "summary"), Catch::Matches("emergency checkpoint of step \\d+ committed"));
+  CHECK_THAT(field(finish[1], "summary"),
+             Catch::Matches("emergency checkpoint of step \\d+ committed"));
   auto committed = events_named(d, "checkpoint_committed");
   REQUIRE(committed.size() == 3);
   const std::string emergency = field(committed.back(), "step");
@@ -298,8 +299,8 @@ TEST_CASE("A notice on a full disk: the supervisor frees an old checkpoint, the 
   CHECK(events_named(d, "checkpoint_failed").empty());
   CHECK(events_named(d, "node_unhealthy").empty());
   auto steps = listed(ckpt);
-  CHECK(steps == (std::map<uint64_t, std::string>{{40, "complete"},
-                                                  {std::stoull(emergency), "complete"}}));
+  CHECK(steps ==
+        (std::map<uint64_t, std::string>{{40, "complete"}, {std::stoull(emergency), "complete"}}));
   CHECK(run_command(shardguard_bin() + " ckpt verify " + ckpt + " --full").exit_code == 0);
 
   // The next run starts on the same full disk: it frees step 40 (the emergency one is newer),

@@ -183,8 +183,8 @@ TEST_CASE("shell: on a nearly full disk the emergency checkpoint is asked for on
   const std::string ckpt = disk->path() + "/ckpt";
   const std::string step20 = ckpt + "/step-000000020";
   auto job = [&](uint64_t steps, uint32_t every) {
-    JobConfig c = f.config({"--steps", std::to_string(steps), "--rows", "4096", "--sleep-ms",
-                            "5", "--log-every", "0"});
+    JobConfig c = f.config({"--steps", std::to_string(steps), "--rows", "4096", "--sleep-ms", "5",
+                            "--log-every", "0"});
     c.checkpoint_dir = ckpt;
     c.every_steps = every;
     c.keep_last = 1;
@@ -206,7 +206,8 @@ TEST_CASE("shell: on a nearly full disk the emergency checkpoint is asked for on
     REQUIRE(first.exit_code() == 0);
   }
   REQUIRE(std::filesystem::exists(step20 + "/manifest.json"));
-  const uint64_t checkpoint = std::filesystem::file_size(step20 + "/shard-00000-of-00001.safetensors");
+  const uint64_t checkpoint =
+      std::filesystem::file_size(step20 + "/shard-00000-of-00001.safetensors");
 
   Supervisor sup(f.deps, job(100000, 100000));
   REQUIRE(sup.start().ok());

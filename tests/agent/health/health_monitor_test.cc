@@ -129,8 +129,8 @@ TEST_CASE("health monitor: a check whose warnings only advise never makes the no
 
 TEST_CASE("health monitor: the disk's warnings only advise, by default") {
   CHECK_FALSE(HealthSettings{}.disk_policy.warnings_make_unhealthy);
-  for (const CheckPolicy& p : {HealthSettings{}.gpu_policy, HealthSettings{}.xid_policy,
-                               HealthSettings{}.memory_policy})
+  for (const CheckPolicy& p :
+       {HealthSettings{}.gpu_policy, HealthSettings{}.xid_policy, HealthSettings{}.memory_policy})
     CHECK(p.warnings_make_unhealthy);
 }
 
