@@ -119,8 +119,8 @@ std::string_view removal_kind_name(Removal::Kind kind) {
 SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
                                       const std::vector<QuarantineEntry>& quarantined,
                                       uint64_t bytes_to_free,
-                                      const std::set<uint64_t>& protected_steps,
-                                      uint32_t keep_last) {
+                                      const std::set<uint64_t>& protected_steps, uint32_t keep_last,
+                                      std::string_view purpose) {
   std::vector<const StepSpace*> by_age;  // oldest first
   for (const auto& s : steps) by_age.push_back(&s);
   std::sort(by_age.begin(), by_age.end(),
@@ -136,46 +136,49 @@ SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
     if (complete_seen == 1 || keep_last == 0 || complete_seen <= keep_last)
       kept_complete.insert((*it)->step);
   }
+  const std::string for_what = " for " + std::string(purpose);
 
-  SpaceRecoveryPlan plan;
-  auto add = [&](Removal r) {
-    plan.bytes_freed += r.bytes;
-    plan.removals.push_back(std::move(r));
-    plan.enough = plan.bytes_freed >= bytes_to_free;
-  };
-  plan.enough = bytes_to_free == 0;
+  // Every candidate in order; the plan is the shortest prefix that frees enough.
+  std::vector<Removal> candidates;
   for (const StepSpace* s : by_age) {
-    if (plan.enough) return plan;
     if (s->state == CheckpointState::kComplete || protected_steps.contains(s->step)) continue;
     const bool corrupt = s->state == CheckpointState::kCorrupt;
-    add(removal_of(*s, corrupt ? Removal::Kind::kCorrupt : Removal::Kind::kIncomplete,
-                   std::string(checkpoint_state_name(s->state)) + ", freeing " +
-                       format_size(s->bytes) + " for an emergency save"));
+    candidates.push_back(removal_of(*s,
+                                    corrupt ? Removal::Kind::kCorrupt : Removal::Kind::kIncomplete,
+                                    std::string(checkpoint_state_name(s->state)) + ", freeing " +
+                                        format_size(s->bytes) + for_what));
   }
-  const size_t garbage_only = plan.removals.size();
-  const uint64_t garbage_bytes = plan.bytes_freed;
+  const size_t garbage_only = candidates.size();
   for (const StepSpace* s : by_age) {
-    if (plan.enough) return plan;
     if (s->state != CheckpointState::kComplete || kept_complete.contains(s->step) ||
         protected_steps.contains(s->step))
       continue;
-    add(removal_of(*s, Removal::Kind::kComplete,
-                   "complete, older than " + keep_last_text(keep_last) + ", freeing " +
-                       format_size(s->bytes) + " for an emergency save"));
+    candidates.push_back(removal_of(*s, Removal::Kind::kComplete,
+                                    "complete, older than " + keep_last_text(keep_last) +
+                                        ", freeing " + format_size(s->bytes) + for_what));
   }
   std::vector<const QuarantineEntry*> q_by_age;
   for (const auto& e : quarantined) q_by_age.push_back(&e);
   std::stable_sort(q_by_age.begin(), q_by_age.end(), [](const auto* a, const auto* b) {
     return a->quarantined_unix_ms < b->quarantined_unix_ms;
   });
-  for (const QuarantineEntry* e : q_by_age) {
-    if (plan.enough) return plan;
-    add({Removal::Kind::kQuarantined, e->step, e->dir, e->bytes,
-         "remove quarantined step " + std::to_string(e->step) + " (" + e->reason + "), freeing " +
-             format_size(e->bytes) + " for an emergency save"});
+  for (const QuarantineEntry* e : q_by_age)
+    candidates.push_back({Removal::Kind::kQuarantined, e->step, e->dir, e->bytes,
+                          "remove quarantined step " + std::to_string(e->step) + " (" + e->reason +
+                              "), freeing " + format_size(e->bytes) + for_what});
+
+  SpaceRecoveryPlan plan;
+  for (const auto& r : candidates) plan.bytes_reclaimable += r.bytes;
+  plan.enough = bytes_to_free == 0;
+  uint64_t garbage_bytes = 0;
+  for (size_t i = 0; i < candidates.size() && !plan.enough; ++i) {
+    plan.bytes_freed += candidates[i].bytes;
+    plan.removals.push_back(std::move(candidates[i]));
+    plan.enough = plan.bytes_freed >= bytes_to_free;
+    if (i + 1 == garbage_only) garbage_bytes = plan.bytes_freed;
   }
   if (!plan.enough) {
-    plan.removals.resize(garbage_only);
+    plan.removals.resize(std::min(plan.removals.size(), garbage_only));
     plan.bytes_freed = garbage_bytes;
   }
   return plan;

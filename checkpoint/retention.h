@@ -80,20 +80,23 @@ struct SpaceRecoveryPlan {
   std::vector<Removal> removals;  // in the order to apply them
   uint64_t bytes_freed = 0;       // the removals' bytes together
   bool enough = false;            // bytes_freed >= bytes_to_free
+  // Everything the rules below allow to free, planned or not (when not enough: all of it).
+  uint64_t bytes_reclaimable = 0;
 };
 
-// Frees at least `bytes_to_free` before an emergency save, in this order, oldest first in
-// each group: incomplete and corrupt steps; complete steps beyond the newest `keep_last`
-// (keep_every milestones included: a lost emergency save costs more; keep_last 0 keeps
-// all); then quarantined ones. Never the newest complete step or a protected one (the resume
-// step, the step about to be written). Stops as soon as enough is planned. When everything
-// together is not enough, only the first group (never resumable anyway) is planned and
-// `enough` is false: evidence and checkpoints are not destroyed for a save that cannot fit.
+// Frees at least `bytes_to_free` before a save (an emergency one, or the next one after a
+// save failed on a full disk), in this order, oldest first in each group: incomplete and
+// corrupt steps; complete steps beyond the newest `keep_last` (keep_every milestones
+// included: a lost save costs more; keep_last 0 keeps all); then quarantined ones. Never the
+// newest complete step or a protected one (the resume step, the step about to be written).
+// Stops as soon as enough is planned. When everything together is not enough, only the first
+// group (never resumable anyway) is planned and `enough` is false: evidence and checkpoints
+// are not destroyed for a save that cannot fit. `purpose` ends each removal's reason.
 SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
                                       const std::vector<QuarantineEntry>& quarantined,
                                       uint64_t bytes_to_free,
-                                      const std::set<uint64_t>& protected_steps,
-                                      uint32_t keep_last);
+                                      const std::set<uint64_t>& protected_steps, uint32_t keep_last,
+                                      std::string_view purpose = "an emergency save");
 
 // Quarantined steps set aside at least `keep` before `now`, oldest first.
 std::vector<Removal> plan_quarantine_gc(const std::vector<QuarantineEntry>& quarantined,

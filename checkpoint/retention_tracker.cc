@@ -165,8 +165,14 @@ std::vector<Removal> RetentionTracker::unprotect(uint64_t step) {
 void RetentionTracker::on_removed(uint64_t step, const Status& outcome) {
   handed_.erase(step);
   if (outcome.ok()) {
+    // Space recovery removes steps the tracker did not hand out, some of them due or in the
+    // window already: the step is gone from every set, or take_due() would hand out a step
+    // it no longer knows.
     steps_.erase(step);
     held_.erase(step);
+    due_.erase(step);
+    window_.erase(step);
+    corrupt_kept_.erase(step);
     return;
   }
   auto it = steps_.find(step);

@@ -58,8 +58,9 @@ class RetentionTracker {
   // Protection of the resume step; unprotecting may make it due.
   void protect(uint64_t step);
   std::vector<Removal> unprotect(uint64_t step);
-  // The outcome of a removal handed out earlier. A refused one (a symbolic link, not a
-  // directory: kInvalid) is never handed out again; other failures are due again.
+  // The outcome of a removal handed out earlier, or made by space recovery
+  // (plan_space_recovery() from steps()). A refused one (a symbolic link, not a directory:
+  // kInvalid) is never handed out again; other failures are due again.
   void on_removed(uint64_t step, const Status& outcome);
 
   // Removals due but not yet handed out (after failures), handing them out.

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <mutex>
+#include <set>
+#include <string_view>
 #include <vector>
 
 #include "checkpoint/catalog.h"
@@ -25,7 +27,10 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   std::optional<checkpoint::DirectoryLease> lease;
   std::unique_ptr<Timer> renew_timer;
   std::function<void(const std::string&)> on_lost;
+  std::function<void(const std::string&)> on_never_fits;
   bool lost = false;
+  std::set<uint64_t> space_answered;  // steps whose failure for lack of space was answered
+  bool warned_never_fits = false;     // said once that the next save cannot fit
   checkpoint::DirHistory history;
   bool history_ok = false;
   std::unique_ptr<checkpoint::RetentionTracker> tracker;
@@ -92,23 +97,104 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
     }
   }
 
+  // What retention may free towards `needed` bytes now (plan_space_recovery's rules: never
+  // the newest complete step, the newest keep_last, a step being written, or, unless
+  // `after_attempt`, the step this attempt resumed from: it is kept until the attempt ends).
+  checkpoint::SpaceRecoveryPlan room_plan(uint64_t needed, std::string_view purpose,
+                                          bool after_attempt = false) {
+    auto quarantined = checkpoint::list_quarantined(d.fs, cfg.checkpoint_dir);
+    std::set<uint64_t> keep(tracker->in_flight().begin(), tracker->in_flight().end());
+    if (protected_step && !after_attempt) keep.insert(*protected_step);
+    return checkpoint::plan_space_recovery(
+        tracker->steps(),
+        quarantined.ok() ? *quarantined : std::vector<checkpoint::QuarantineEntry>{}, needed, keep,
+        cfg.keep_last, purpose);
+  }
+
+  std::string never_fits_text(uint64_t free, uint64_t reclaimable) const {
+    const std::string kept = cfg.keep_last == 0
+                                 ? std::string("keep_last 0 keeps every complete checkpoint")
+                                 : "the newest complete one and the newest keep_last = " +
+                                       std::to_string(cfg.keep_last) + " stay";
+    return "the disk of '" + cfg.checkpoint_dir +
+           "' can never hold one more checkpoint: " + format_size(free) + " free and " +
+           format_size(reclaimable) + " that retention may remove (" + kept +
+           "), a checkpoint takes " + format_size(newest_bytes.value_or(0)) +
+           " (free space there, lower [checkpoint] keep_last, or move the job to a larger volume)";
+  }
+
   // The disk can never hold one more checkpoint: its free space plus everything retention
-  // could remove (every step but the newest complete one, which a resume needs, and the
-  // quarantined ones) is less than the newest checkpoint. A requeue on the same storage would
-  // fail the same way, so the run stops with 78 instead of saving nothing at every notice.
-  std::optional<std::string> never_fits(Filesystem& fs, const std::string& dir,
-                                        uint64_t all_steps) const {
-    if (!newest_bytes || *newest_bytes == 0) return std::nullopt;
-    auto free = fs.free_space(dir);
-    if (!free.ok()) return std::nullopt;
-    uint64_t quarantined = 0;
-    if (auto q = tree_bytes(fs, checkpoint::quarantine_root(dir)); q.ok()) quarantined = *q;
-    const uint64_t reclaimable = all_steps - *newest_bytes + quarantined;
-    if (*free + reclaimable >= *newest_bytes) return std::nullopt;
-    return "the disk of '" + dir + "' can never hold one more checkpoint: " +
-           format_size(*free) + " free and " + format_size(reclaimable) +
-           " in older checkpoints, a checkpoint takes " + format_size(*newest_bytes) +
-           " (free space there, or move the job to a larger volume)";
+  // may remove (plan_space_recovery's rules, as before an emergency save) is less than the
+  // newest checkpoint. A requeue on the same storage would fail the same way, so the run
+  // stops with 78 instead of training on without checkpoints, or saving nothing at every
+  // notice.
+  std::optional<std::string> never_fits(uint64_t free) {
+    if (!newest_bytes || *newest_bytes == 0 || !tracker || free >= *newest_bytes)
+      return std::nullopt;
+    auto plan = room_plan(*newest_bytes - free, "the next checkpoint");
+    if (plan.enough) return std::nullopt;
+    return never_fits_text(free, plan.bytes_reclaimable);
+  }
+
+  // Room for the next checkpoint (the newest one's size), made before it is needed: after
+  // each commit once retention's own removals are done, at start, and after a save failed
+  // for lack of space (`failed`: its step) once its left-overs are gone. Retention frees
+  // what plan_space_recovery() allows; when that cannot be enough, a failed save stops the
+  // run (on_never_fits: requeueing will not help), otherwise it is only said (the next
+  // save decides: checkpoints may shrink, a neighbour may free space).
+  void room_for_next(std::optional<uint64_t> failed) {
+    const std::string& dir = cfg.checkpoint_dir;
+    const std::string what = failed ? "the save of step " + std::to_string(*failed) +
+                                          " found the disk under '" + dir + "' full"
+                                    : "the disk under '" + dir + "' is nearly full";
+    auto free = d.fs.free_space(dir);
+    if (!free.ok()) {
+      if (failed) spdlog::warn("{}: {}", what, free.error().message());
+      return;
+    }
+    if (!newest_bytes || *newest_bytes == 0) {
+      if (failed)
+        spdlog::warn("{} ({} free now); no checkpoint committed there tells what the next needs",
+                     what, format_size(*free));
+      return;
+    }
+    if (*free >= *newest_bytes) {
+      if (failed)
+        spdlog::warn("{}; {} free now, enough for the next checkpoint (about {})", what,
+                     format_size(*free), format_size(*newest_bytes));
+      return;
+    }
+    if (!tracker) return;
+    auto plan = room_plan(*newest_bytes - *free, "the next checkpoint");
+    if (plan.enough) {
+      spdlog::warn("{}: {} free, a checkpoint takes about {}; retention frees {} for the next one",
+                   what, format_size(*free), format_size(*newest_bytes),
+                   format_size(plan.bytes_freed));
+      return apply(std::move(plan.removals));
+    }
+    apply(std::move(plan.removals));  // only steps that could never be resumed
+    // Only the checkpoint this attempt resumed from stands in the way: the next attempt may
+    // remove it, so this is not "never" (a resumed attempt with keep_last K needs room for
+    // K + 2 checkpoints until it ends).
+    auto later = room_plan(*newest_bytes - *free, "the next checkpoint", true);
+    if (later.enough) {
+      if (!failed && warned_never_fits) return;
+      warned_never_fits = true;
+      return spdlog::warn(
+          "{}: {} free, a checkpoint takes about {}; retention can free room only when this "
+          "attempt ends: it keeps step {}, which it resumed from, until then (with keep_last = "
+          "{}, a resumed attempt needs room for {} checkpoints)",
+          what, format_size(*free), format_size(*newest_bytes), protected_step.value_or(0),
+          cfg.keep_last, cfg.keep_last + 2);
+    }
+    const std::string why = never_fits_text(*free, later.bytes_reclaimable);
+    if (!failed) {
+      if (!warned_never_fits) spdlog::warn("the next save will fail: {}", why);
+      warned_never_fits = true;
+      return;
+    }
+    spdlog::error("{}: {}", what, why);
+    if (on_never_fits) on_never_fits(why);
   }
 
   // A few hundred bytes, written atomically; only between attempts or at the end.
@@ -163,6 +249,32 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
             p->tracker->on_removed(step, st);
           });
     }
+  }
+
+  // As apply(), one after the other in one job; `then` runs on the loop once every outcome
+  // is back with the tracker (so that free space measured then counts them).
+  void apply_then(std::vector<checkpoint::Removal> removals, std::function<void(Impl&)> then) {
+    for (const auto& r : removals) spdlog::info("retention: {}", r.why);
+    auto self = weak();
+    Filesystem& fs = d.fs;
+    using Outcomes = std::vector<std::pair<uint64_t, Status>>;
+    run_off_loop<Outcomes>(
+        d.worker,
+        [&fs, removals = std::move(removals)] {
+          Outcomes out;
+          for (const auto& r : removals)
+            out.emplace_back(r.step, checkpoint::remove_checkpoint_dir(fs, r.dir));
+          return out;
+        },
+        [self, then = std::move(then)](Outcomes outcomes) {
+          auto p = self.lock();
+          if (!p) return;
+          for (auto& [step, st] : outcomes) {
+            if (!st.ok()) spdlog::warn("retention: step {}: {}", step, st.error().message());
+            p->tracker->on_removed(step, st);
+          }
+          then(*p);
+        });
   }
 };
 
@@ -240,21 +352,27 @@ Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& expl
 
   checkpoint::RetentionPolicy p{m.cfg.keep_last, m.cfg.keep_every, {}};
   m.tracker = std::make_unique<checkpoint::RetentionTracker>(dir, p);
-  if (auto st = m.tracker->scan(fs); !st.ok()) spdlog::warn("retention scan: {}", st.error().message());
-  uint64_t all_steps = 0;
+  if (auto st = m.tracker->scan(fs); !st.ok())
+    spdlog::warn("retention scan: {}", st.error().message());
   for (const auto& s : m.tracker->steps()) {
-    all_steps += s.bytes;
-    if (!m.newest_bytes && s.state == checkpoint::CheckpointState::kComplete)
-      m.newest_bytes = s.bytes;
+    if (s.state != checkpoint::CheckpointState::kComplete) continue;
+    m.newest_bytes = s.bytes;
+    break;
   }
-  if (auto full = m.never_fits(fs, dir, all_steps))
-    return Error(ErrorCode::kFenced, "requeueing will not help: " + *full);
+  if (auto free = fs.free_space(dir); free.ok())
+    if (auto full = m.never_fits(*free))
+      return Error(ErrorCode::kFenced, "requeueing will not help: " + *full);
+  m.room_for_next(std::nullopt);
   m.arm_renewal();
   return resolved->job_id;
 }
 
 void DirectoryKeeper::set_on_lost(std::function<void(const std::string&)> on_lost) {
   impl_->on_lost = std::move(on_lost);
+}
+
+void DirectoryKeeper::set_on_never_fits(std::function<void(const std::string&)> on_never_fits) {
+  impl_->on_never_fits = std::move(on_never_fits);
 }
 
 void DirectoryKeeper::on_launch(Epoch epoch, std::optional<uint64_t> resume_step) {
@@ -282,11 +400,19 @@ void DirectoryKeeper::on_save_started(uint64_t step) {
 void DirectoryKeeper::on_committed(uint64_t step, uint64_t bytes) {
   Impl& m = *impl_;
   m.newest_bytes = bytes;
-  if (m.tracker) m.apply(m.tracker->on_committed(step, bytes));
+  m.warned_never_fits = false;
+  if (!m.tracker) return;
+  m.apply_then(m.tracker->on_committed(step, bytes),
+               [](Impl& p) { p.room_for_next(std::nullopt); });
 }
 
-void DirectoryKeeper::on_save_failed(uint64_t step) {
-  if (impl_->tracker) impl_->apply(impl_->tracker->on_save_failed(step));
+void DirectoryKeeper::on_save_failed(uint64_t step, bool no_space) {
+  Impl& m = *impl_;
+  if (!m.tracker) return;
+  auto removals = m.tracker->on_save_failed(step);
+  if (!no_space || !m.space_answered.insert(step).second) return m.apply(std::move(removals));
+  // The failed step's left-overs go first: the space they held is the next save's too.
+  m.apply_then(std::move(removals), [step](Impl& p) { p.room_for_next(step); });
 }
 
 void DirectoryKeeper::on_attempt_ended(const checkpoint::AttemptEnd& end) {
@@ -360,22 +486,17 @@ void DirectoryKeeper::quarantine_from(uint64_t from, const std::string& reason,
       });
 }
 
-void DirectoryKeeper::make_room() {
+void DirectoryKeeper::make_room(std::function<void()> done) {
   Impl& m = *impl_;
-  if (!m.tracker || !m.newest_bytes) return;
+  if (!m.tracker || !m.newest_bytes) return done();
   auto free = m.d.fs.free_space(m.cfg.checkpoint_dir);
-  if (!free.ok() || *free >= *m.newest_bytes) return;
-  const uint64_t needed = *m.newest_bytes - *free;
-  auto quarantined = checkpoint::list_quarantined(m.d.fs, m.cfg.checkpoint_dir);
-  std::set<uint64_t> keep(m.tracker->in_flight().begin(), m.tracker->in_flight().end());
-  if (m.protected_step) keep.insert(*m.protected_step);
-  auto plan = checkpoint::plan_space_recovery(
-      m.tracker->steps(), quarantined.ok() ? *quarantined : std::vector<checkpoint::QuarantineEntry>{},
-      needed, keep, m.cfg.keep_last);
+  if (!free.ok() || *free >= *m.newest_bytes) return done();
+  auto plan = m.room_plan(*m.newest_bytes - *free, "an emergency save");
   spdlog::warn("the disk under '{}' has {} free, the checkpoint needs about {}: freeing {}{}",
                m.cfg.checkpoint_dir, format_size(*free), format_size(*m.newest_bytes),
                format_size(plan.bytes_freed), plan.enough ? "" : " (not enough)");
-  m.apply(std::move(plan.removals));
+  if (plan.removals.empty()) return done();
+  m.apply_then(std::move(plan.removals), [done = std::move(done)](Impl&) { done(); });
 }
 
 void DirectoryKeeper::close(bool preempted, bool committed) {

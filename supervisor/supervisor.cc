@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <deque>
@@ -69,8 +70,11 @@ struct Supervisor::Impl {
   std::unique_ptr<LocalLauncher> launcher;
   std::unique_ptr<NodeRunner> own_node;  // this process's node, when the shell made it
   NodeRunner* node = nullptr;            // this process's node, when it has one
-  // Node commands wait behind a coordinator record being written, in order.
+  // Node commands wait, in order, behind a coordinator record being written and behind space
+  // being freed for an emergency save (make_room_then_ask).
   bool log_pending = false;
+  bool room_pending = false;
+  std::unique_ptr<Timer> room_timer;
   std::deque<Command> held;
   std::map<NodeId, std::function<void(const Command&)>> remote;  // the others
   std::function<void(int, const std::string&)> on_finish;
@@ -97,9 +101,10 @@ struct Supervisor::Impl {
   }
 
   // A command for the nodes goes to every node; each takes its own part. It waits while a
-  // coordinator record is being written, so that nothing overtakes a launch.
+  // coordinator record is being written, so that nothing overtakes a launch, and while space
+  // is freed for an emergency save.
   void to_nodes(const Command& c) {
-    if (log_pending) return held.push_back(c);
+    if (log_pending || room_pending) return held.push_back(c);
     if (node) node->apply(c);
     for (auto& [id, send] : remote) send(c);
   }
@@ -124,10 +129,36 @@ struct Supervisor::Impl {
           if (weak.expired()) return;
           if (!st.ok()) spdlog::error("coordinator record: {}; launching anyway", st.error().message());
           log_pending = false;
-          std::deque<Command> queue;
-          queue.swap(held);
-          for (auto& c : queue) to_nodes(c);
+          flush_held();
         });
+  }
+
+  void flush_held() {
+    if (log_pending || room_pending) return;
+    std::deque<Command> queue;
+    queue.swap(held);
+    for (auto& c : queue) to_nodes(c);
+  }
+
+  // Before an emergency save on a nearly full disk: the ranks are asked for it once the
+  // space is free, so that their writes do not start before the removals end and fail for
+  // lack of space; if freeing takes longer than a quarter of the time left (at most 10 s),
+  // they are asked anyway.
+  void make_room_then_ask(WallTime deadline) {
+    if (room_pending) return;  // already freeing; the request waits in line
+    room_pending = true;
+    std::weak_ptr<bool> weak = alive;
+    auto release = [this, weak](bool in_time) {
+      if (weak.expired() || !room_pending) return;
+      if (!in_time) spdlog::warn("freeing space is taking long: asking for the checkpoint anyway");
+      room_pending = false;
+      room_timer->cancel();
+      flush_held();
+    };
+    const Duration left = std::chrono::duration_cast<Duration>(deadline - d.clock.wall_now());
+    room_timer->arm(std::clamp(left / 4, Duration{0}, Duration{std::chrono::seconds(10)}),
+                    [release] { release(false); });
+    keeper->make_room([release] { release(true); });
   }
 
   // The record follows what nodes and commits change, without holding anything up.
@@ -178,7 +209,11 @@ struct Supervisor::Impl {
       committed_this_run = true;
       keeper->on_committed(c->step, c->bytes);
     }
-    if (auto* f = std::get_if<event::SaveFailed>(&e)) keeper->on_save_failed(f->step);
+    if (auto* f = std::get_if<event::SaveFailed>(&e)) {
+      spdlog::warn("attempt {}: checkpoint of step {} failed on rank {}: {}", f->epoch, f->step,
+                   f->rank, f->error);
+      keeper->on_save_failed(f->step, f->no_space);
+    }
   }
 
   void execute(const Commands& commands) {
@@ -201,7 +236,7 @@ struct Supervisor::Impl {
                 if (n.kind == CheckpointKind::kEmergency) {
                   spdlog::warn("emergency checkpoint of step {} requested ({}), {} left",
                                n.at_step, n.reason, format_duration(n.deadline - d.clock.wall_now()));
-                  keeper->make_room();
+                  make_room_then_ask(n.deadline);
                 }
                 to_nodes(n);
               },
@@ -395,6 +430,7 @@ Status Supervisor::start() {
   SG_RETURN_IF_ERROR(m.d.fs.create_dirs(m.cfg.checkpoint_dir));
   SG_ASSIGN_OR_RETURN(m.events, EventLog::open(join_path(m.cfg.run_dir, "events.jsonl"), m.d.clock));
   for (auto& t : m.timers) t = m.d.timers.make_timer();
+  m.room_timer = m.d.timers.make_timer();
   const Epoch first = m.first_epoch();
   // One job per checkpoint directory: its lease, its job id, its history.
   m.keeper = std::make_unique<DirectoryKeeper>(m.d, m.cfg);
@@ -405,6 +441,9 @@ Status Supervisor::start() {
   Impl* p = impl_.get();
   m.keeper->set_on_lost([p](const std::string& why) {
     p->feed(event::Abort{"the checkpoint directory was taken over: " + why, kExitConfig});
+  });
+  m.keeper->set_on_never_fits([p](const std::string& why) {
+    p->feed(event::Abort{"requeueing will not help: " + why, kExitConfig});
   });
   if (m.opt.existing_node) {
     m.node = m.opt.existing_node;

@@ -30,9 +30,9 @@ void DiskCheck::run(Done done) {
     f.severity = HealthFinding::kFatal;
     f.evidence += ", below the hard minimum " + format_size(config_.fatal_bytes);
   } else if (config_.checkpoint_size > 0 && bytes < config_.checkpoint_size) {
-    f.severity = HealthFinding::kFatal;
+    f.severity = HealthFinding::kWarning;
     f.evidence += ", less than one checkpoint (about " + format_size(config_.checkpoint_size) +
-                  "): the next one cannot be written";
+                  "): the next one fits only if retention frees room";
   } else if (bytes < config_.warning_bytes) {
     f.severity = HealthFinding::kWarning;
     f.evidence += ", below " + format_size(config_.warning_bytes);

@@ -1,10 +1,12 @@
 // The "disk" check: free space on the filesystem holding the checkpoint directory (statvfs
 // through Filesystem::free_space; the nearest existing ancestor while the directory does not
-// exist yet). Less than one checkpoint (its size known from the newest complete one) is
-// fatal: the next checkpoint cannot be written, so the job stops and moves. A fixed minimum
-// is fatal only when configured ([health] disk_fatal): a fixed default made every run on a
-// small volume exit at once, and every requeue again. Below the warning level, or below
-// headroom x the checkpoint size, is a warning.
+// exist yet). Below a fixed minimum is fatal, only when configured ([health] disk_fatal): a
+// fixed default made every run on a small volume exit at once, and every requeue again.
+// Less than one checkpoint (its size known from the newest complete one), below the warning
+// level, or below headroom x the checkpoint size, is a warning. Less than one checkpoint is
+// not fatal: retention may free room before the next save, and when it cannot, the run stops
+// itself with 78 (supervisor/directory_keeper.h); an emergency stop would only move the job,
+// with its full checkpoint volume, and repeat at every start (tests/run/enospc_test.cc).
 //
 // Thread-safety: none; runs on the loop thread (HealthCheck).
 #pragma once

@@ -24,6 +24,9 @@ struct CheckPolicy {
   int failure_threshold = 3;  // consecutive warning-level failures before unhealthy
   int success_threshold = 1;  // consecutive successes before a warning-unhealthy check recovers
   Duration timeout = std::chrono::seconds(60);  // a run that has not answered by then failed
+  // false: warning-level findings are logged and counted, never make the node unhealthy
+  // (only a fatal one does).
+  bool warnings_make_unhealthy = true;
 };
 
 // A command run as a check: exit 0 is healthy, anything else (or the timeout) a failure.
@@ -64,7 +67,15 @@ struct HealthSettings {
   uint64_t disk_fatal_bytes = 0;  // 0: fatal only below one checkpoint (its size known)
   uint64_t checkpoint_size_estimate = 0;  // 0: unknown; else warn below headroom x this
   double checkpoint_headroom = 2.0;
-  CheckPolicy disk_policy;
+  // The disk's warnings (below disk_warning, below one or two checkpoints) only warn: a full
+  // checkpoint disk is the run's to handle (retention makes room, or the run stops with 78
+  // when the disk can never hold one more); moving the job to another node with an
+  // emergency checkpoint does not give it a larger checkpoint volume. disk_fatal is fatal.
+  CheckPolicy disk_policy = [] {
+    CheckPolicy p;
+    p.warnings_make_unhealthy = false;
+    return p;
+  }();
 
   // Memory pressure.
   bool memory = true;

@@ -7,6 +7,13 @@
 #include "core/units.h"
 
 namespace shardguard::agent {
+namespace {
+
+// A check whose warnings only advise repeats its warning every this many runs (with the
+// disk's 30 s interval: every 30 minutes).
+constexpr int kAdviceRepeat = 60;
+
+}  // namespace
 
 struct HealthMonitor::Entry {
   std::unique_ptr<HealthCheck> check;
@@ -18,6 +25,7 @@ struct HealthMonitor::Entry {
   uint64_t run_id = 0;
   bool running = false;
   int consecutive_successes = 0;
+  int advice_runs = 0;  // runs in a row with an advisory warning
 };
 
 HealthMonitor::HealthMonitor(const Clock& clock, TimerFactory& timers, RandomFn random)
@@ -47,6 +55,7 @@ void HealthMonitor::start(UnhealthyCallback on_unhealthy, HealthyCallback on_hea
     e->st = CheckStatus{};
     e->st.name = std::string(e->check->name());
     e->consecutive_successes = 0;
+    e->advice_runs = 0;
     e->grace_end = now + e->policy.start_grace;
     schedule(*e, e->policy.initial_delay);
   }
@@ -102,22 +111,22 @@ void HealthMonitor::run(Entry& e) {
     f.check = e.st.name;
     f.severity = HealthFinding::kWarning;
     f.evidence = "no answer within " + format_duration(e.policy.timeout);
-    on_answer(e, id, std::move(f));
+    on_answer(e, id, std::move(f), true);
   }));
   e.check->run(guard_.wrap([this, &e, id](HealthFinding f) { on_answer(e, id, std::move(f)); }));
 }
 
-void HealthMonitor::on_answer(Entry& e, uint64_t run_id, HealthFinding finding) {
+void HealthMonitor::on_answer(Entry& e, uint64_t run_id, HealthFinding finding, bool timed_out) {
   if (!e.running || run_id != e.run_id) return;  // a late answer after the timeout
   e.running = false;
   e.deadline->cancel();
   if (finding.check.empty()) finding.check = e.st.name;
-  judge(e, finding);
+  judge(e, finding, timed_out);
   schedule(e, jittered(e.policy));
   update_node();
 }
 
-void HealthMonitor::judge(Entry& e, const HealthFinding& f) {
+void HealthMonitor::judge(Entry& e, const HealthFinding& f, bool timed_out) {
   CheckStatus& s = e.st;
   const bool was_available = s.available;
   s.last = f;
@@ -134,6 +143,9 @@ void HealthMonitor::judge(Entry& e, const HealthFinding& f) {
   if (f.severity == HealthFinding::kOk) {
     ++s.counters.successes;
     s.in_grace = false;  // as mesos: the first success ends the grace period
+    if (e.advice_runs > 0 && !s.fatal)
+      spdlog::info("health: check '{}' ok again: {}", s.name, f.evidence);
+    e.advice_runs = 0;
     s.consecutive_failures = 0;
     ++e.consecutive_successes;
     if (!s.healthy && !s.fatal && e.consecutive_successes >= e.policy.success_threshold) {
@@ -150,6 +162,13 @@ void HealthMonitor::judge(Entry& e, const HealthFinding& f) {
     s.healthy = false;
     s.fatal = true;
     s.failing = f;
+    return;
+  }
+  // A check that stops answering (a hung filesystem) is counted as usual.
+  if (!e.policy.warnings_make_unhealthy && !timed_out) {
+    // Advice, not a verdict: said when it starts, then every so often, never unhealthy.
+    if (e.advice_runs++ % kAdviceRepeat == 0 && !s.fatal)
+      spdlog::warn("health: check '{}': {}", s.name, f.evidence);
     return;
   }
   if (in_grace) {

@@ -1,7 +1,9 @@
 // HealthMonitor: runs health checks on the loop at jittered intervals and decides when the
 // node is unhealthy, like mesos' health checker and envoy's: a start grace period in which
 // failures do not count, N consecutive failures (per check) before a check is unhealthy, a
-// fatal finding (Xid 79, uncorrectable ECC) at once and for good, counters per check.
+// fatal finding (Xid 79, uncorrectable ECC) at once and for good, counters per check. A
+// check whose policy says warnings_make_unhealthy = false (the disk) only logs its warnings;
+// its timeouts and fatal findings count as any other's.
 // on_unhealthy fires once per healthy -> unhealthy transition; on_healthy when every check
 // is healthy again (only warning-level unhealthiness recovers).
 //
@@ -75,8 +77,8 @@ class HealthMonitor {
   struct Entry;
   void schedule(Entry& e, Duration delay);
   void run(Entry& e);
-  void on_answer(Entry& e, uint64_t run_id, HealthFinding finding);
-  void judge(Entry& e, const HealthFinding& finding);
+  void on_answer(Entry& e, uint64_t run_id, HealthFinding finding, bool timed_out = false);
+  void judge(Entry& e, const HealthFinding& finding, bool timed_out);
   void update_node();
   Duration jittered(const CheckPolicy& policy);
 

@@ -278,6 +278,7 @@ TEST_CASE("Space recovery frees garbage, then old complete steps, then quarantin
   auto plan = plan_space_recovery(steps, quarantined, c.need, protect, 2);
   CHECK(steps_of(plan.removals) == c.order);
   CHECK(plan.enough == c.enough);
+  CHECK(plan.bytes_reclaimable == 46);  // every candidate, whatever the need
   uint64_t freed = 0;
   for (const auto& r : plan.removals) freed += r.bytes;
   CHECK(plan.bytes_freed == freed);
@@ -286,10 +287,40 @@ TEST_CASE("Space recovery frees garbage, then old complete steps, then quarantin
     CHECK(r.step != 300);
     CHECK_THAT(r.why, Catch::Contains("emergency save"));
   }
+  SECTION("the reason names what the space is for") {
+    auto next = plan_space_recovery(steps, quarantined, 13, protect, 2, "the next checkpoint");
+    REQUIRE_FALSE(next.removals.empty());
+    for (const auto& r : next.removals)
+      CHECK_THAT(r.why, Catch::EndsWith("for the next checkpoint"));
+  }
   if (c.order.size() >= 6) CHECK(plan.removals[5].kind == Removal::Kind::kQuarantined);
   SECTION("keep_last 0 keeps every complete step even here") {
     auto all = plan_space_recovery(steps, quarantined, 40, protect, 0);
     for (const auto& r : all.removals) CHECK(r.kind != Removal::Kind::kComplete);
+  }
+}
+
+TEST_CASE("A step removed by space recovery is forgotten, even one due or in the window",
+          "[retention]") {
+  // keep_last 2, 300 protected (the resume step): the window holds 100 and 200, and 50 is
+  // due since the scan. Space recovery (which counts the protected 300 among the newest 2)
+  // removes 50 and 100 before the tracker hands either out; then the commits go on. Before
+  // the fix the next commit threw from steps_.at(50): the supervisor died with exit 1 after
+  // an emergency save had made room on a nearly full disk.
+  RetentionPolicy policy{2, 0, {300}};
+  RetentionTracker tracker("/ck", policy);
+  std::vector<CatalogEntry> listing;
+  for (uint64_t s : {300, 200, 100, 50}) listing.push_back(entry(s, CheckpointState::kComplete));
+  tracker.seed(listing);
+  for (uint64_t s : {50, 100}) tracker.on_removed(s, {});
+  std::vector<Removal> handed;
+  REQUIRE_NOTHROW(handed = tracker.on_committed(400, 10));
+  CHECK(handed.empty());  // 200 and 400 in the window now
+  REQUIRE_NOTHROW(handed = tracker.on_committed(500, 10));
+  CHECK(steps_of(handed) == std::vector<uint64_t>{200});
+  for (const auto& s : tracker.steps()) {
+    CHECK(s.step != 50);
+    CHECK(s.step != 100);
   }
 }
 

@@ -1,6 +1,8 @@
 // The supervisor's shell with real ranks (the example trainer) on a real loop, a fake clock
 // for its timers and a worker that finishes nothing until the test says so: slow work (resume
-// selection, commit read-backs) never keeps the loop from acting on a notice.
+// selection, commit read-backs) never keeps the loop from acting on a notice, and the ranks
+// hear of an emergency checkpoint only once the space freed for it is free (on a small
+// loop-mounted disk; skipped without root).
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "io/process.h"
 #include "supervisor/event_log.h"
 #include "supervisor/supervisor.h"
+#include "tests/support/loop_fs.h"
 #include "tests/support/manual_worker.h"
 #include "tests/support/temp_dir.h"
 
@@ -165,4 +168,70 @@ time.sleep(30)
   CHECK(f.events("checkpoint_committed").empty());
   CHECK_THAT(sup.metrics_text(), Catch::Contains("shardguard_last_committed_step 0"));
   CHECK_THAT(field(f.events("commit_claim_rejected")[0], "why"), Catch::Contains("not complete"));
+}
+
+TEST_CASE("shell: on a nearly full disk the emergency checkpoint is asked for once the space "
+          "is free, not while it is being freed",
+          "[supervisor][integration]") {
+  std::string why;
+  auto disk = shardguard::testing::LoopFs::mount(48, &why);
+  if (!disk) {
+    WARN("skipped: " << why);
+    return;
+  }
+  ShellFixture f;
+  const std::string ckpt = disk->path() + "/ckpt";
+  const std::string step20 = ckpt + "/step-000000020";
+  auto job = [&](uint64_t steps, uint32_t every) {
+    JobConfig c = f.config({"--steps", std::to_string(steps), "--rows", "4096", "--sleep-ms", "5",
+                            "--log-every", "0"});
+    c.checkpoint_dir = ckpt;
+    c.every_steps = every;
+    c.keep_last = 1;
+    c.keep_every = 20;  // steps 20 and 40 both stay
+    return c;
+  };
+  auto finish = [&](Supervisor& sup) {
+    return f.run_until(
+        [&] {
+          f.worker.run_all();
+          return sup.finished();
+        },
+        60s);
+  };
+  {
+    Supervisor first(f.deps, job(40, 20));
+    REQUIRE(first.start().ok());
+    REQUIRE(finish(first));
+    REQUIRE(first.exit_code() == 0);
+  }
+  REQUIRE(std::filesystem::exists(step20 + "/manifest.json"));
+  const uint64_t checkpoint =
+      std::filesystem::file_size(step20 + "/shard-00000-of-00001.safetensors");
+
+  Supervisor sup(f.deps, job(100000, 100000));
+  REQUIRE(sup.start().ok());
+  REQUIRE(f.run_until(
+      [&] {
+        f.worker.run_all();
+        return f.events("ranks_ready").size() == 2;
+      },
+      20s));
+  // A neighbour leaves half a checkpoint free; the notice comes.
+  REQUIRE(disk->fill(checkpoint / 2));
+  sup.notice(sigterm(f.clock.wall_now()));
+  REQUIRE(f.events("checkpoint_now").size() == 1);  // decided at once
+  REQUIRE(f.worker.pending() > 0);                  // the removal of step 20 waits on the worker
+  f.loop.run_for(500ms);                            // the rank trains on, many steps
+  CHECK(std::filesystem::exists(step20));
+  CHECK(f.events("checkpoint_failed").empty());
+  for (const auto& e : std::filesystem::directory_iterator(ckpt))
+    CHECK(e.path().filename().string() <= "step-000000040");  // nothing written yet
+  // The space is freed; only then the rank hears of the checkpoint, and it commits.
+  REQUIRE(finish(sup));
+  CHECK(sup.exit_code() == kExitPreempted);
+  CHECK_FALSE(std::filesystem::exists(step20));
+  CHECK(f.events("checkpoint_failed").empty());
+  CHECK_THAT(field(f.events("finish").back(), "summary"),
+             Catch::Matches("emergency checkpoint of step \\d+ committed"));
 }

@@ -240,7 +240,7 @@ TEST_CASE("memory: the real /proc") {
   CHECK_FALSE(got.not_available);
 }
 
-TEST_CASE("disk: by default only less than one checkpoint is fatal, never a fixed size") {
+TEST_CASE("disk: by default nothing is fatal, not even less than one checkpoint") {
   ScriptedFs fs;
   DiskCheckConfig c;
   c.path = "/ckpt/job";
@@ -252,11 +252,12 @@ TEST_CASE("disk: by default only less than one checkpoint is fatal, never a fixe
   // Checkpoints of 300 MiB fit: still only the warning level.
   check.set_checkpoint_size(300ull << 20);
   CHECK(run(check).severity == HealthFinding::kWarning);
-  // Checkpoints of 600 MiB do not: the next one cannot be written.
+  // Checkpoints of 600 MiB do not, unless retention frees room: the run's supervisor decides
+  // that (it frees room, or stops with 78 when it never can), so this is a warning too.
   check.set_checkpoint_size(600ull << 20);
   HealthFinding got = run(check);
-  CHECK(got.severity == HealthFinding::kFatal);
+  CHECK(got.severity == HealthFinding::kWarning);
   CHECK(got.evidence ==
         "checkpoint dir '/ckpt/job': 512.00 MiB free, less than one checkpoint (about 600.00 "
-        "MiB): the next one cannot be written");
+        "MiB): the next one fits only if retention frees room");
 }

@@ -100,6 +100,40 @@ TEST_CASE("health monitor: a warning makes the node unhealthy only after N conse
   CHECK_FALSE(s.fatal);
 }
 
+TEST_CASE("health monitor: a check whose warnings only advise never makes the node unhealthy") {
+  MonitorFixture f;
+  CheckPolicy p = policy(0s, 3);
+  p.warnings_make_unhealthy = false;
+  ScriptedCheck* c = f.add("disk", p);
+  c->answer(HealthFinding::kWarning, "less than one checkpoint");
+  f.start();
+  f.clock.advance(600s);  // 61 warnings in a row
+  CHECK(c->runs == 61);
+  CHECK(f.unhealthy.empty());
+  CHECK(f.monitor.healthy());
+  CHECK(f.status().healthy);
+  CHECK(f.status().counters.failures == 61);
+  SECTION("a fatal finding still counts at once") {
+    c->answer(HealthFinding::kFatal, "below the hard minimum");
+    f.clock.advance(10s);
+    REQUIRE(f.unhealthy.size() == 1);
+    CHECK(f.unhealthy[0][0].evidence == "below the hard minimum");
+  }
+  SECTION("so does a check that stops answering") {
+    c->hang = true;
+    f.clock.advance(10s + 3 * 15s);  // three runs time out after 5 s each
+    REQUIRE(f.unhealthy.size() == 1);
+    CHECK_THAT(f.unhealthy[0][0].evidence, Catch::Contains("no answer within"));
+  }
+}
+
+TEST_CASE("health monitor: the disk's warnings only advise, by default") {
+  CHECK_FALSE(HealthSettings{}.disk_policy.warnings_make_unhealthy);
+  for (const CheckPolicy& p :
+       {HealthSettings{}.gpu_policy, HealthSettings{}.xid_policy, HealthSettings{}.memory_policy})
+    CHECK(p.warnings_make_unhealthy);
+}
+
 TEST_CASE("health monitor: a success in between restarts the count") {
   MonitorFixture f;
   ScriptedCheck* c = f.add("memory", policy(0s, 3));
