@@ -2,7 +2,8 @@
 // hardening audit): a second `hello` as rank 0 from a process the run did not launch is
 // refused, naming it, and idle connections beyond the cap (2 x ranks + 8) are closed; the
 // real ranks keep their checkpoint requests: SIGTERM still gives one emergency checkpoint
-// at the step the supervisor chose, and exit 75.
+// at the step the supervisor chose, and exit 75. With no rank connected at all, the pid
+// binding alone refuses a neighbour's hello as rank 0.
 #include <signal.h>
 #include <unistd.h>
 
@@ -51,7 +52,7 @@ TEST_CASE("a neighbour cannot speak for a rank or crowd the socket; the emergenc
   REQUIRE(m.ok());
   REQUIRE(std::holds_alternative<hooks::ErrorReply>(*m));
   // Refused while the real rank 0 is connected; a process the run did not launch is refused
-  // even when rank 0's connection is gone (the pid binding, ControlServer admit policy).
+  // even when rank 0's connection is gone (the pid binding: the next test case).
   CHECK_THAT(std::get<hooks::ErrorReply>(*m).message, Catch::Contains("rank 0 is already connected"));
 
   // The crowd: 2 ranks + the hijacker hold 3 of the 12; of 20 more, the last ones are closed.
@@ -76,4 +77,35 @@ TEST_CASE("a neighbour cannot speak for a rank or crowd the socket; the emergenc
   REQUIRE_FALSE(now.empty());
   REQUIRE_FALSE(committed.empty());
   CHECK(field(committed.back(), "step") == field(now.back(), "at_step"));
+}
+
+TEST_CASE("with no rank connected, a neighbour's hello as rank 0 is refused by the pid binding",
+          "[integration]") {
+  RunDirs d;
+  write_config(d, "", 50);
+  // Ranks that never connect (not shardguard clients): rank 0's slot is free on the socket.
+  Background run({shardguard_bin(), "run", "--config", d.config(), "--nproc", "2", "--", "sleep",
+                  "1000"},
+                 d.log());
+  REQUIRE(eventually([&] { return !events_named(d, "launch").empty(); }, 30s));
+  const std::string job = field(events_named(d, "start").at(0), "job_id");
+  auto hijack = io::UnixSocketClient::connect(supervisor::control_socket_path(d.run()));
+  REQUIRE(hijack.ok());
+  REQUIRE(hijack->send_line(hello_line(0, 2, job)).ok());
+  auto reply = hijack->read_line(10s);
+  REQUIRE(reply.ok());
+  auto m = hooks::decode_agent_message(*reply);
+  REQUIRE(m.ok());
+  REQUIRE(std::holds_alternative<hooks::ErrorReply>(*m));
+  INFO(slurp(d.log()));
+  CHECK_THAT(std::get<hooks::ErrorReply>(*m).message,
+             Catch::Contains("process " + std::to_string(::getpid()) +
+                             " is not rank 0's process or one of its descendants"));
+  // The refused connection speaks for nobody: its heartbeat is refused too, and the timeline
+  // never records a hello.
+  REQUIRE(hijack->send_line(R"({"v":2,"type":"heartbeat","step":5})").ok());
+  auto second = hijack->read_line(10s);
+  REQUIRE(second.ok());
+  CHECK_THAT(*second, Catch::Contains("before hello"));
+  CHECK(events_named(d, "hello").empty());
 }
