@@ -28,6 +28,17 @@ std::string hello_line(uint32_t rank, uint32_t world, const std::string& job) {
   return s;
 }
 
+// Says hello as rank 0 of 2 on `client` with the right job and attempt; the error it must get.
+std::string hijack_rank0(io::UnixSocketClient& client, const std::string& job) {
+  REQUIRE(client.send_line(hello_line(0, 2, job)).ok());
+  auto reply = client.read_line(10s);
+  REQUIRE(reply.ok());
+  auto m = hooks::decode_agent_message(*reply);
+  REQUIRE(m.ok());
+  REQUIRE(std::holds_alternative<hooks::ErrorReply>(*m));
+  return std::get<hooks::ErrorReply>(*m).message;
+}
+
 }  // namespace
 
 TEST_CASE("a neighbour cannot speak for a rank or crowd the socket; the emergency checkpoint "
@@ -45,15 +56,9 @@ TEST_CASE("a neighbour cannot speak for a rank or crowd the socket; the emergenc
   // The hijack: a hello as rank 0 with the right job, attempt and world size.
   auto hijack = io::UnixSocketClient::connect(socket);
   REQUIRE(hijack.ok());
-  REQUIRE(hijack->send_line(hello_line(0, 2, job)).ok());
-  auto reply = hijack->read_line(10s);
-  REQUIRE(reply.ok());
-  auto m = hooks::decode_agent_message(*reply);
-  REQUIRE(m.ok());
-  REQUIRE(std::holds_alternative<hooks::ErrorReply>(*m));
   // Refused while the real rank 0 is connected; a process the run did not launch is refused
   // even when rank 0's connection is gone (the pid binding: the next test case).
-  CHECK_THAT(std::get<hooks::ErrorReply>(*m).message, Catch::Contains("rank 0 is already connected"));
+  CHECK_THAT(hijack_rank0(*hijack, job), Catch::Contains("rank 0 is already connected"));
 
   // The crowd: 2 ranks + the hijacker hold 3 of the 12; of 20 more, the last ones are closed.
   std::vector<io::UnixSocketClient> crowd;
@@ -91,14 +96,8 @@ TEST_CASE("with no rank connected, a neighbour's hello as rank 0 is refused by t
   const std::string job = field(events_named(d, "start").at(0), "job_id");
   auto hijack = io::UnixSocketClient::connect(supervisor::control_socket_path(d.run()));
   REQUIRE(hijack.ok());
-  REQUIRE(hijack->send_line(hello_line(0, 2, job)).ok());
-  auto reply = hijack->read_line(10s);
-  REQUIRE(reply.ok());
-  auto m = hooks::decode_agent_message(*reply);
-  REQUIRE(m.ok());
-  REQUIRE(std::holds_alternative<hooks::ErrorReply>(*m));
   INFO(slurp(d.log()));
-  CHECK_THAT(std::get<hooks::ErrorReply>(*m).message,
+  CHECK_THAT(hijack_rank0(*hijack, job),
              Catch::Contains("process " + std::to_string(::getpid()) +
                              " is not rank 0's process or one of its descendants"));
   // The refused connection speaks for nobody: its heartbeat is refused too, and the timeline
