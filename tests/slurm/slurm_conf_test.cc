@@ -49,6 +49,23 @@ TEST_CASE("slurm conf: the settings the scenarios rely on", "[unit]") {
                    "PartitionName=high Nodes=n1,n2,n3 MaxTime=INFINITE State=UP PriorityTier=10 "
                    "PreemptMode=OFF"));
     CHECK(conf.find("cgroup") == std::string::npos);
+    CHECK(conf.find("Gres") == std::string::npos);
+  }
+  SECTION("GPUs as a GRES: GresTypes, Gres= per node, a gres.conf line per node") {
+    CHECK(render_gres_conf(spec).empty());
+    spec.options.gpus_per_node = 3;
+    const std::string conf = render_slurm_conf(spec);
+    INFO(conf);
+    CHECK(has_line(conf, "GresTypes=gpu"));
+    CHECK(has_line(conf,
+                   "NodeName=n2 NodeHostname=localhost NodeAddr=127.0.0.1 Port=20002 CPUs=2 "
+                   "RealMemory=1000 Gres=gpu:3 State=UNKNOWN"));
+    const std::string gres = render_gres_conf(spec);
+    CHECK(has_line(gres, "NodeName=n1 Name=gpu File=/tmp/sg-slurm-abc/gpus/n1/nvidia[0-2]"));
+    CHECK(has_line(gres, "NodeName=n3 Name=gpu File=/tmp/sg-slurm-abc/gpus/n3/nvidia[0-2]"));
+    spec.options.gpus_per_node = 1;
+    CHECK(has_line(render_gres_conf(spec),
+                   "NodeName=n1 Name=gpu File=/tmp/sg-slurm-abc/gpus/n1/nvidia0"));
   }
   SECTION("CANCEL mode, no preemption, extra lines") {
     spec.options.preempt_mode = "CANCEL";

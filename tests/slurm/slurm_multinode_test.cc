@@ -15,13 +15,10 @@
 //                                  nodes, never requeued: the job ends CANCELLED
 #include <set>
 
-#include "tests/multinode/checks.h"
-#include "tests/multinode/cluster.h"
-#include "tests/slurm/slurm_job_util.h"
+#include "tests/slurm/slurm_multinode_util.h"
 
 using namespace shardguard::testing;
 using namespace std::chrono_literals;
-namespace mn = shardguard::testing::multinode;
 
 namespace {
 
@@ -34,74 +31,12 @@ SlurmCluster& cluster() {
   return *c;
 }
 
-std::vector<std::string> train(int steps, int sleep_ms) {
-  return {"--steps",    std::to_string(steps),    "--rows",     "64", "--log-every", "0",
-          "--sleep-ms", std::to_string(sleep_ms), "--allreduce"};
-}
-
-// The same training as 4 ranks of one uninterrupted `shardguard run` (all-reduce results depend
-// on the world size); --sleep-ms only slows the steps.
-std::string reference(std::vector<std::string> args) {
-  for (size_t i = 0; i + 1 < args.size(); ++i)
-    if (args[i] == "--sleep-ms") args.erase(args.begin() + i, args.begin() + i + 2);
-  return mn::allreduce_reference(args, 4);
-}
-
-// A 2-node run of the shipped script: its own coordinator port and MASTER_PORT block (tests
-// and clusters run side by side, and Slurm's default port depends only on the job id).
-struct MultiNodeRun {
-  SlurmRun run;
-  explicit MultiNodeRun(const std::vector<std::string>& args)
-      : run(args, "", "master_port = " + std::to_string(mn::free_port_block(12)) + "\n") {
-    run.exports.push_back("SHARDGUARD_RDZV_PORT=" + std::to_string(mn::free_port_block(1)));
-  }
-  std::vector<std::string> sbatch_args(const std::vector<std::string>& extra = {}) const {
-    std::vector<std::string> a = {"-N2"};
-    a.insert(a.end(), extra.begin(), extra.end());
-    return run.sbatch_args(a);
-  }
-  std::string node_dir(int k) const { return run.dirs.run() + "/node" + std::to_string(k); }
-  std::vector<shardguard::supervisor::EventRecord> events(int k) const {
-    auto e = shardguard::supervisor::read_events(node_dir(k) + "/events.jsonl");
-    return e.ok() ? *e : std::vector<shardguard::supervisor::EventRecord>{};
-  }
-  std::vector<shardguard::supervisor::EventRecord> named(int k, const std::string& type) const {
-    return mn::of_type(events(k), type);
-  }
-  std::string text(int k) const { return slurp(node_dir(k) + "/events.jsonl"); }
-  void wait(int k, const std::string& type, size_t count, std::chrono::seconds timeout) const {
-    if (!eventually([&] { return named(k, type).size() >= count; }, timeout))
-      FAIL("node " << k << ": fewer than " << count << " '" << type << "' events within "
-                   << timeout.count() << " s\n"
-                   << text(k));
-  }
-};
+std::vector<std::string> train(int steps, int sleep_ms) { return allreduce_train(steps, sleep_ms); }
+std::string reference(const std::vector<std::string>& args) { return allreduce_reference(args, 4); }
 
 SlurmJob wait_done(const SlurmCluster& c, uint32_t id, const MultiNodeRun& r,
                    std::chrono::seconds timeout) {
-  auto j = c.wait_job_state(
-      id, {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL"}, timeout);
-  INFO("job output:\n"
-       << slurp(c.job_output_path(id)) << "\nnode 0 events:\n"
-       << r.text(0) << "\nnode 1 events:\n"
-       << r.text(1));
-  if (!j.ok()) FAIL(j.error().message() << "\n" << c.ctld_log_tail(3000));
-  CHECK(j->state() == "COMPLETED");
-  return *j;
-}
-
-void print_timeline(const std::string& title, const MultiNodeRun& r) {
-  std::cout << "--- " << title << "\n";
-  for (int k = 0; k < 2; ++k)
-    for (const auto& e : r.events(k)) {
-      if (e.type.rfind("slurm_", 0) != 0 && e.type != "notice" &&
-          e.type != "checkpoint_committed" && e.type != "launch" && e.type != "finish")
-        continue;
-      std::cout << "node" << k << " " << e.time_unix_ms << " " << e.type;
-      for (const auto& [key, v] : e.fields) std::cout << " " << key << "=" << v;
-      std::cout << "\n";
-    }
-  std::cout << std::flush;
+  return wait_multinode_done(c, id, r, timeout);
 }
 
 }  // namespace

@@ -278,6 +278,21 @@ Status SlurmCluster::write_conf() {
     if (used.insert(*p).second) node_ports_.push_back(*p);
   }
   SlurmConfSpec spec{options_, dir_, cluster_name_, munge_socket_, ctld_port_, node_ports_};
+  if (options_.gpus_per_node > 0) {
+    // gres.conf beside slurm.conf (where slurmd looks), and the devices it names: slurmd
+    // refuses a file that is no character or block device ("fix your gres.conf"), so each is a
+    // link to /dev/null; the index Slurm hands out is the number in the name.
+    for (const auto& n : node_names()) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir_ + "/gpus/" + n, ec);
+      for (int i = 0; i < options_.gpus_per_node && !ec; ++i)
+        std::filesystem::create_symlink("/dev/null",
+                                        dir_ + "/gpus/" + n + "/nvidia" + std::to_string(i), ec);
+      if (ec)
+        return Error(ErrorCode::kIo, "GPU device links in '" + dir_ + "/gpus': " + ec.message());
+    }
+    SG_RETURN_IF_ERROR(write_text(dir_ + "/gres.conf", render_gres_conf(spec)));
+  }
   return write_text(conf_path_, render_slurm_conf(spec));
 }
 

@@ -55,6 +55,10 @@ struct SlurmOptions {
   // like the cgroups of real clusters, it reaches children in process groups of their own
   // (shardguard's ranks) but loses orphans. pgid signals only the job's process groups.
   std::string proctrack = "proctrack/linuxproc";
+  // GPUs as a GRES Slurm counts without real devices: GresTypes=gpu, Gres=gpu:N on every node,
+  // and a gres.conf naming N empty files per node (dir()/gpus/nK/nvidia<i>) as the devices,
+  // so that Slurm gives each step the indices it allocated (CUDA_VISIBLE_DEVICES). 0: none.
+  int gpus_per_node = 0;
   std::vector<std::string> extra_conf;     // lines appended verbatim (e.g. "RequeueExit=75")
   std::chrono::seconds start_timeout{45};  // until every node is idle
 };
@@ -71,6 +75,9 @@ struct SlurmConfSpec {
 
 // The slurm.conf text for `spec` (pure; unit tested).
 std::string render_slurm_conf(const SlurmConfSpec& spec);
+// The gres.conf text (empty without GPUs): one line per node, its device files below
+// spec.dir/gpus/<node>/.
+std::string render_gres_conf(const SlurmConfSpec& spec);
 
 // One record of `scontrol show -o` (job or node): "Key=Value Key=Value ...". A token without
 // '=' continues the previous value (values with spaces).

@@ -57,12 +57,16 @@ std::string render_slurm_conf(const SlurmConfSpec& spec) {
   } else {
     c << "PreemptType=preempt/partition_prio\nPreemptMode=" << o.preempt_mode << "\n";
   }
+  if (o.gpus_per_node > 0) c << "GresTypes=gpu\n";
+  const std::string gres =
+      o.gpus_per_node > 0 ? " Gres=gpu:" + std::to_string(o.gpus_per_node) : std::string();
   std::string all_nodes;
   for (size_t i = 0; i < spec.node_ports.size(); ++i) {
     const std::string name = "n" + std::to_string(i + 1);
     c << "NodeName=" << name
       << " NodeHostname=localhost NodeAddr=127.0.0.1 Port=" << spec.node_ports[i]
-      << " CPUs=" << o.cpus_per_node << " RealMemory=" << o.real_memory_mb << " State=UNKNOWN\n";
+      << " CPUs=" << o.cpus_per_node << " RealMemory=" << o.real_memory_mb << gres
+      << " State=UNKNOWN\n";
     all_nodes += (i ? "," : "") + name;
   }
   c << "PartitionName=" << kSlurmLowPartition << " Nodes=" << all_nodes
@@ -70,6 +74,18 @@ std::string render_slurm_conf(const SlurmConfSpec& spec) {
     << "PartitionName=" << kSlurmHighPartition << " Nodes=" << all_nodes
     << " MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF\n";
   for (const auto& line : o.extra_conf) c << line << "\n";
+  return c.str();
+}
+
+std::string render_gres_conf(const SlurmConfSpec& spec) {
+  const int gpus = spec.options.gpus_per_node;
+  if (gpus <= 0) return "";
+  std::ostringstream c;
+  for (size_t i = 0; i < spec.node_ports.size(); ++i) {
+    const std::string name = "n" + std::to_string(i + 1);
+    c << "NodeName=" << name << " Name=gpu File=" << spec.dir << "/gpus/" << name << "/nvidia"
+      << (gpus == 1 ? "0" : "[0-" + std::to_string(gpus - 1) + "]") << "\n";
+  }
   return c.str();
 }
 

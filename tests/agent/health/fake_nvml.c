@@ -5,7 +5,9 @@
  *   gpu<i>.handle_rc <rc>   gpu<i>.name <text>   gpu<i>.ecc <n>   gpu<i>.ecc_rc <rc>
  *   gpu<i>.remap_rc <rc>   gpu<i>.remap_pending <0|1>   gpu<i>.remap_failure <0|1>
  *   gpu<i>.retired_rc <rc>   gpu<i>.retired_pending <0|1>
- * Missing keys read as 0 (success). Not thread-safe; tests are single-threaded. */
+ * Missing keys read as 0 (success). A "%n" in the path is replaced by $SLURMD_NODENAME, so that
+ * the nodes of one Slurm job on one machine (tests/slurm) read scripts of their own.
+ * Not thread-safe; tests are single-threaded. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,8 +20,16 @@ int fake_nvml_shutdown_calls = 0;
 
 /* Copies the value of `key` into `out` (at most `size` bytes); 1 when found. */
 static int lookup(const char* key, char* out, size_t size) {
-  const char* path = getenv("SG_FAKE_NVML_SCRIPT");
-  if (path == NULL) return 0;
+  const char* script = getenv("SG_FAKE_NVML_SCRIPT");
+  if (script == NULL) return 0;
+  char path[4096];
+  const char* mark = strstr(script, "%n");
+  const char* node = getenv("SLURMD_NODENAME");
+  if (mark != NULL)
+    snprintf(path, sizeof path, "%.*s%s%s", (int)(mark - script), script, node ? node : "",
+             mark + 2);
+  else
+    snprintf(path, sizeof path, "%s", script);
   FILE* f = fopen(path, "r");
   if (f == NULL) return 0;
   char line[256];
