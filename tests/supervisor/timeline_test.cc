@@ -7,24 +7,13 @@
 #include <vector>
 
 #include "supervisor/timeline_text.h"
+#include "tests/supervisor/timeline_lines.h"
 
 using namespace shardguard;
 using namespace shardguard::supervisor;
 using policies::Badput;
 
 namespace {
-
-// One events.jsonl line at `t` ms: `fields` is the rest of the JSON object ("" for none).
-std::string L(int64_t t, const std::string& event, const std::string& fields = "") {
-  return "{\"time_unix_ms\":" + std::to_string(t) + ",\"event\":\"" + event + "\"" +
-         (fields.empty() ? "" : "," + fields) + "}";
-}
-
-Timeline feed(const std::vector<std::string>& lines, TimelineOptions o = {}) {
-  Timeline t(std::move(o));
-  for (const auto& l : lines) t.add_line(l);
-  return t;
-}
 
 // A 2-rank run: attempt 0 commits step 100, is killed at step 200 (100 steps lost), attempt 1
 // resumes from 100 and finishes at 300. Times in ms from 0.
@@ -123,38 +112,6 @@ TEST_CASE("The state follows the records of every kind", "[timeline][unit]") {
   Timeline t = feed(std::vector<std::string>(all.begin(), all.begin() + long(n)));
   INFO("after " << n << " records");
   CHECK(t.view(9900).state == state);
-}
-
-TEST_CASE("Nodes of a multi-node job: placed, lost, back, notified, stopped", "[timeline][unit]") {
-  auto t = feed({
-      L(0, "start", R"j("job_id":"j","nproc":6,"first_attempt":0)j"),
-      L(10, "node_joined", R"j("node":0,"address":"10.0.0.1","nodes":1)j"),
-      L(20, "node_joined", R"j("node":1,"address":"10.0.0.2","nodes":2)j"),
-      L(30, "node_joined", R"j("node":2,"address":"10.0.0.3","nodes":3)j"),
-      L(100, "launch", R"j("attempt":0,"nproc":6,"nodes":"0,1,2","resume_step":-1)j"),
-      L(5000, "node_lost", R"j("node":1,"why":"no heartbeat for 3 s","nodes":2)j"),
-      L(5100, "launch", R"j("attempt":1,"nproc":4,"nodes":"0,2","resume_step":100)j"),
-  });
-  auto v = t.view(6000);
-  REQUIRE(v.nodes.size() == 3);
-  CHECK(v.nodes[0].state == "running");
-  CHECK(v.nodes[0].address == "10.0.0.1");
-  CHECK(v.nodes[0].attempt == std::optional<uint64_t>(1));
-  CHECK(v.nodes[0].node_rank == std::optional<uint32_t>(0));
-  CHECK(v.nodes[1].state == "lost");
-  CHECK(v.nodes[1].why == "no heartbeat for 3 s");
-  CHECK(v.nodes[1].attempt == std::optional<uint64_t>(0));
-  CHECK(v.nodes[1].since_unix_ms == 5000);
-  CHECK(v.nodes[2].node_rank == std::optional<uint32_t>(1));  // renumbered densely
-  t.add_line(L(7000, "node_joined", R"j("node":1,"address":"10.0.0.2","nodes":3)j"));
-  CHECK(t.view(7000).nodes[1].state == "waiting");  // back, placed at the next launch
-  t.add_line(L(8000, "notice",
-               R"j("node":2,"source":"aws","kind":"spot-interruption","action":"stop","preemption":true)j"));
-  CHECK(t.view(8000).nodes[2].state == "notified");
-  CHECK(t.view(8000).nodes[2].why == "aws spot-interruption");
-  t.add_line(L(9000, "finish", R"j("state":"preempted","exit_code":75)j"));
-  for (const auto& n : t.view(9000).nodes) CHECK((n.state == "stopped" || n.state == "lost"));
-  CHECK(t.view(9000).nodes[1].state == "stopped");
 }
 
 TEST_CASE("Every record kind is described in one escaped line", "[timeline][unit]") {
