@@ -138,6 +138,10 @@ TEST_CASE("slurm: stop() leaves no process and no directory; the sweep clears a 
     auto orphan =
         spawn_process({"sleep", "300"}, {"SHARDGUARD_SLURM_FIXTURE=" + dir}, dir + "/sleep.log", 0);
     REQUIRE(orphan.ok());
+    // Until the child has exec'd, its environment is still ours (no marker): the sweep would
+    // not see it (a race seen once under load).
+    REQUIRE(eventually(
+        [&] { return !pids_with_env({"SHARDGUARD_SLURM_FIXTURE=" + dir}).empty(); }, 5s));
     SlurmCluster::sweep_stale();
     CHECK(wait_exit(*orphan, 5s));
     CHECK_FALSE(std::filesystem::exists(dir));
