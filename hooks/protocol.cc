@@ -3,6 +3,7 @@
 #include <boost/json.hpp>
 
 #include "checkpoint/strict_json.h"
+#include "core/overload.h"
 #include "hooks/scalars_json.h"
 
 #include <set>
@@ -10,13 +11,6 @@
 namespace shardguard::hooks {
 namespace json = boost::json;
 namespace {
-
-template <typename... Ts>
-struct Overload : Ts... {
-  using Ts::operator()...;
-};
-template <typename... Ts>
-Overload(Ts...) -> Overload<Ts...>;
 
 std::string line(json::object o) { return json::serialize(o) + "\n"; }
 

@@ -6,17 +6,11 @@
 #include <cmath>
 
 #include "core/exit_codes.h"
+#include "core/overload.h"
 #include "sim/job_sim_impl.h"
 
 namespace shardguard::sim {
 namespace {
-
-template <typename... Ts>
-struct Overload : Ts... {
-  using Ts::operator()...;
-};
-template <typename... Ts>
-Overload(Ts...) -> Overload<Ts...>;
 
 // Simulated time 0 on both clocks. Steady time starts well above the clock's epoch, as a real
 // steady clock does, so that "now - something" never reaches below it.

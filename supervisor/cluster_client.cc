@@ -6,6 +6,7 @@
 #include <map>
 
 #include "core/exit_codes.h"
+#include "core/overload.h"
 #include "io/secure_channel.h"
 #include "supervisor/node_protocol.h"
 
@@ -13,13 +14,6 @@ namespace shardguard::supervisor {
 namespace {
 
 using namespace std::chrono_literals;
-
-template <typename... Ts>
-struct Overload : Ts... {
-  using Ts::operator()...;
-};
-template <typename... Ts>
-Overload(Ts...) -> Overload<Ts...>;
 
 constexpr size_t kMaxBufferedEvents = 4096;
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "core/overload.h"
 #include "io/secure_channel.h"
 #include "supervisor/node_protocol.h"
 
@@ -12,14 +13,6 @@ namespace shardguard::supervisor {
 namespace {
 
 using namespace std::chrono_literals;
-
-template <typename... Ts>
-struct Overload : Ts... {
-  using Ts::operator()...;
-};
-template <typename... Ts>
-Overload(Ts...) -> Overload<Ts...>;
-
 }  // namespace
 
 struct ClusterServer::Impl : std::enable_shared_from_this<Impl> {

@@ -17,6 +17,7 @@
 #include "checkpoint/retention.h"
 #include "checkpoint/retention_tracker.h"
 #include "core/units.h"
+#include "supervisor/resume_plan.h"
 
 namespace shardguard::supervisor {
 
@@ -41,46 +42,6 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   Impl(const io::Deps& deps, const JobConfig& c) : d(deps), cfg(c) {}
 
   std::weak_ptr<Impl> weak() { return weak_from_this(); }
-
-  // `run --resume-from STEP` (every newer step quarantined, so that a later crash cannot undo
-  // the rollback) or `--resume-from none --fresh` (every step set aside). Under the lease.
-  Status roll_back(Filesystem& fs, const std::string& dir, WallTime now) {
-    if (!cfg.resume_from_step && !cfg.resume_from_none) return {};
-    SG_ASSIGN_OR_RETURN(auto steps, checkpoint::list_checkpoints(fs, dir, checkpoint::Verify::kSize));
-    std::vector<uint64_t> aside;
-    std::string reason;
-    if (cfg.resume_from_step) {
-      const uint64_t target = *cfg.resume_from_step;
-      const std::string flag = "--resume-from " + std::to_string(target);
-      auto it = std::find_if(steps.begin(), steps.end(),
-                             [&](const checkpoint::CatalogEntry& e) { return e.step == target; });
-      if (it == steps.end())
-        return Error(ErrorCode::kInvalid, flag + ": no checkpoint of that step in '" + dir + "'");
-      if (it->state != checkpoint::CheckpointState::kComplete)
-        return Error(ErrorCode::kInvalid,
-                     flag + ": step " + std::to_string(target) + " is " +
-                         std::string(checkpoint::checkpoint_state_name(it->state)) + ": " +
-                         it->reason);
-      for (const auto& e : steps)
-        if (e.step > target) aside.push_back(e.step);
-      reason = "rolled back by shardguard run " + flag;
-    } else {
-      if (!steps.empty() && !cfg.fresh)
-        return Error(ErrorCode::kInvalid,
-                     "--resume-from none: '" + dir + "' holds " + std::to_string(steps.size()) +
-                         " checkpoint(s), the newest of step " + std::to_string(steps.front().step) +
-                         "; add --fresh to set them all aside (quarantined, kept as evidence)");
-      for (const auto& e : steps) aside.push_back(e.step);
-      reason = "set aside by shardguard run --resume-from none --fresh";
-    }
-    for (uint64_t step : aside) {
-      SG_ASSIGN_OR_RETURN(auto q, checkpoint::quarantine_step(fs, dir, step, reason, now,
-                                                              "shardguard run"));
-      spdlog::warn("quarantined step {} ({}): now in {}", step, reason, q.dir);
-      rolled_back.push_back(step);
-    }
-    return {};
-  }
 
   // Quarantined steps older than [checkpoint] quarantine_keep are removed (each logged); a
   // failure is only a warning: the evidence stays, the run goes on.
@@ -347,7 +308,9 @@ Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& expl
                                          " (remove " + dir + "/.shardguard/history.json after "
                                          "fixing the cause)");
 
-  SG_RETURN_IF_ERROR(m.roll_back(fs, dir, now));
+  if (m.cfg.resume_from_step || m.cfg.resume_from_none) {
+    SG_ASSIGN_OR_RETURN(m.rolled_back, roll_back(fs, dir, m.cfg.resume_from_step, m.cfg.fresh, now));
+  }
   m.expire_quarantined(fs, dir, now);
 
   checkpoint::RetentionPolicy p{m.cfg.keep_last, m.cfg.keep_every, {}};

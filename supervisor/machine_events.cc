@@ -1,16 +1,8 @@
 #include "supervisor/machine_events.h"
 
+#include "core/overload.h"
+
 namespace shardguard::supervisor {
-namespace {
-
-template <typename... Ts>
-struct Overload : Ts... {
-  using Ts::operator()...;
-};
-template <typename... Ts>
-Overload(Ts...) -> Overload<Ts...>;
-
-}  // namespace
 
 std::string_view checkpoint_kind_name(CheckpointKind kind) {
   switch (kind) {

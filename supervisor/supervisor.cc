@@ -4,11 +4,11 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <deque>
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/paths.h"
+#include "core/overload.h"
 #include "core/units.h"
 #include "io/event_loop.h"
 #include "core/exit_codes.h"
@@ -21,6 +21,7 @@
 #include "supervisor/machine_metrics.h"
 #include "supervisor/node_runner.h"
 #include "supervisor/rank_env.h"
+#include "supervisor/resume_plan.h"
 
 namespace shardguard::supervisor {
 namespace {
@@ -33,27 +34,6 @@ checkpoint::AttemptEnd attempt_end_of(const EventFields& fields) {
   end.ended_by_notice = field_value<bool>(fields, "by_notice").value_or(false);
   return end;
 }
-
-template <typename... Ts>
-struct Overload : Ts... {
-  using Ts::operator()...;
-};
-template <typename... Ts>
-Overload(Ts...) -> Overload<Ts...>;
-
-// A number written by us, or nothing: a hand-edited events file must not stop a run.
-std::optional<uint64_t> parse_u64(const std::string& s) {
-  uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size()) return std::nullopt;
-  return v;
-}
-
-struct ResumeChoice {
-  std::optional<checkpoint::CatalogEntry> chosen;
-  std::vector<checkpoint::CatalogEntry> skipped;
-  std::string error;
-};
 
 }  // namespace
 
@@ -301,27 +281,7 @@ struct Supervisor::Impl {
     std::weak_ptr<bool> weak = alive;
     run_off_loop<ResumeChoice>(
         d.worker,
-        [&fs, dir, verify, skip, skip_from] {
-          ResumeChoice out;
-          auto entries = checkpoint::list_checkpoints(fs, dir, verify);
-          if (!entries.ok()) {
-            out.error = entries.error().message();
-            return out;
-          }
-          for (auto& e : *entries) {
-            // The divergence guard's suspect range: not a resume candidate, and not a reason to
-            // refuse a fresh start either (the ranks went bad after the newest older one).
-            if (skip_from && e.step >= *skip_from) continue;
-            const bool skipped = std::find(skip.begin(), skip.end(), e.step) != skip.end();
-            if (e.state == checkpoint::CheckpointState::kComplete && !skipped) {
-              out.chosen = std::move(e);
-              break;
-            }
-            if (skipped) e.reason = "restarts from it made no progress";
-            out.skipped.push_back(std::move(e));
-          }
-          return out;
-        },
+        [&fs, dir, verify, skip, skip_from] { return choose_resume(fs, dir, verify, skip, skip_from); },
         [this, weak, epoch](ResumeChoice r) {
           if (weak.expired()) return;
           if (!r.error.empty()) spdlog::warn("resume: {}", r.error);
@@ -394,23 +354,6 @@ struct Supervisor::Impl {
     keeper->close(f.exit_code == kExitPreempted, committed_this_run);
     if (on_finish) on_finish(f.exit_code, f.summary);
   }
-
-  // Attempt numbers keep growing across `shardguard run` invocations on the same run dir and
-  // checkpoints, so fencing can tell a zombie of an earlier run from the current one.
-  Epoch first_epoch() {
-    Epoch next = 0;
-    if (auto past = read_events(events.path()); past.ok())
-      for (const auto& e : *past)
-        if (e.type == "launch")
-          for (const auto& [k, v] : e.fields)
-            if (k == "attempt")
-              if (auto n = parse_u64(v); n && *n < UINT64_MAX) next = std::max(next, *n + 1);
-    if (auto entries = checkpoint::list_checkpoints(d.fs, cfg.checkpoint_dir, checkpoint::Verify::kSize);
-        entries.ok())
-      for (const auto& e : *entries)
-        if (e.manifest) next = std::max(next, e.manifest->attempt + 1);
-    return next;
-  }
 };
 
 Supervisor::Supervisor(const io::Deps& deps, JobConfig config, SupervisorOptions options)
@@ -431,7 +374,7 @@ Status Supervisor::start() {
   SG_ASSIGN_OR_RETURN(m.events, EventLog::open(join_path(m.cfg.run_dir, "events.jsonl"), m.d.clock));
   for (auto& t : m.timers) t = m.d.timers.make_timer();
   m.room_timer = m.d.timers.make_timer();
-  const Epoch first = m.first_epoch();
+  const Epoch first = first_epoch(m.d.fs, m.events.path(), m.cfg.checkpoint_dir);
   // One job per checkpoint directory: its lease, its job id, its history.
   m.keeper = std::make_unique<DirectoryKeeper>(m.d, m.cfg);
   SG_ASSIGN_OR_RETURN(

@@ -1,0 +1,45 @@
+// Where a run resumes from, read from its checkpoint directory and its events: the
+// checkpoint an attempt starts from, the steps `run --resume-from` sets aside, and the first
+// attempt number. Plain functions over a Filesystem: the shell runs them (choose_resume on
+// its worker, since checksums may read hundreds of GB), the tests call them directly.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/catalog.h"
+#include "core/clock.h"
+#include "core/filesystem.h"
+#include "core/result.h"
+#include "supervisor/machine_events.h"
+
+namespace shardguard::supervisor {
+
+struct ResumeChoice {
+  std::optional<checkpoint::CatalogEntry> chosen;  // none: a fresh start
+  std::vector<checkpoint::CatalogEntry> skipped;   // newer ones passed over, each with its reason
+  std::string error;                               // the directory could not be listed
+};
+
+// The newest complete checkpoint of `dir` not in `skip` (restarts from those made no
+// progress); steps at or after `skip_from` (the divergence guard's suspect range) are neither
+// chosen nor reported.
+ResumeChoice choose_resume(Filesystem& fs, const std::string& dir, checkpoint::Verify verify,
+                           const std::vector<uint64_t>& skip, std::optional<uint64_t> skip_from);
+
+// `run --resume-from STEP` (`step`): every newer checkpoint is quarantined, so that a later
+// crash cannot undo the rollback; STEP must be complete. `run --resume-from none` (`step`
+// empty): with `fresh`, every checkpoint is set aside; without, a directory holding any is
+// refused. Returns the steps set aside, newest first; each is logged.
+Result<std::vector<uint64_t>> roll_back(Filesystem& fs, const std::string& dir,
+                                        std::optional<uint64_t> step, bool fresh, WallTime now);
+
+// Attempt numbers keep growing across `shardguard run` invocations on the same run directory
+// and checkpoints, so that fencing can tell a zombie of an earlier run from the current one:
+// one more than any in the events file at `events_path` or in a manifest of `dir`. A line
+// that is not ours (a hand-edited file) is passed over.
+Epoch first_epoch(Filesystem& fs, const std::string& events_path, const std::string& dir);
+
+}  // namespace shardguard::supervisor
