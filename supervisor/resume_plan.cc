@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "checkpoint/paths.h"
 #include "checkpoint/quarantine.h"
 #include "supervisor/event_log.h"
 
@@ -42,6 +43,17 @@ ResumeChoice choose_resume(Filesystem& fs, const std::string& dir, checkpoint::V
     out.skipped.push_back(std::move(e));
   }
   return out;
+}
+
+event::ResumeFound resume_found(Epoch epoch, const ResumeChoice& choice) {
+  event::ResumeFound found{epoch, std::nullopt, "", false};
+  for (const auto& e : choice.skipped)
+    if (e.state == checkpoint::CheckpointState::kComplete) found.skipped_complete = true;
+  if (choice.chosen) {
+    found.step = choice.chosen->step;
+    found.manifest = join_path(choice.chosen->dir, std::string(checkpoint::kManifestName));
+  }
+  return found;
 }
 
 Result<std::vector<uint64_t>> roll_back(Filesystem& fs, const std::string& dir,

@@ -29,6 +29,10 @@ struct ResumeChoice {
 ResumeChoice choose_resume(Filesystem& fs, const std::string& dir, checkpoint::Verify verify,
                            const std::vector<uint64_t>& skip, std::optional<uint64_t> skip_from);
 
+// What the decision core is told of a choice: the chosen step and its manifest (none: a
+// fresh start), and whether a complete checkpoint was among those skipped.
+event::ResumeFound resume_found(Epoch epoch, const ResumeChoice& choice);
+
 // `run --resume-from STEP` (`step`): every newer checkpoint is quarantined, so that a later
 // crash cannot undo the rollback; STEP must be complete. `run --resume-from none` (`step`
 // empty): with `fresh`, every checkpoint is set aside; without, a directory holding any is

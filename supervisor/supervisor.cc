@@ -89,13 +89,19 @@ struct Supervisor::Impl {
     for (auto& [id, send] : remote) send(c);
   }
 
-  // Multi-node: the decision is on disk before any node acts on it (a successor reads it).
-  void log_then_launch(const command::Launch& l) {
-    if (!opt.write_coordinator_log) return to_nodes(l);
+  // What the coordinator's record says now (a successor adopts the job from it).
+  CoordinatorState coordinator_state() const {
     CoordinatorState state = machine.snapshot(now());
     state.job_id = cfg.job_id;
     state.coordinator_address = opt.coordinator_address;
     if (node) state.coordinator_node = opt.local_node_id;
+    return state;
+  }
+
+  // Multi-node: the decision is on disk before any node acts on it (a successor reads it).
+  void log_then_launch(const command::Launch& l) {
+    if (!opt.write_coordinator_log) return to_nodes(l);
+    CoordinatorState state = coordinator_state();
     log_pending = true;
     held.push_back(l);  // held until the record is written
     std::weak_ptr<bool> weak = alive;
@@ -144,10 +150,7 @@ struct Supervisor::Impl {
   // The record follows what nodes and commits change, without holding anything up.
   void log_state() {
     if (!opt.write_coordinator_log || finished_logged) return;
-    CoordinatorState state = machine.snapshot(now());
-    state.job_id = cfg.job_id;
-    state.coordinator_address = opt.coordinator_address;
-    if (node) state.coordinator_node = opt.local_node_id;
+    CoordinatorState state = coordinator_state();
     Filesystem& fs = d.fs;
     d.worker.submit(
         [&fs, dir = cfg.checkpoint_dir, state, at = d.clock.wall_now()] {
@@ -286,20 +289,12 @@ struct Supervisor::Impl {
           if (weak.expired()) return;
           if (!r.error.empty()) spdlog::warn("resume: {}", r.error);
           for (const auto& e : r.skipped) {
-            const std::string state =
-                e.state == checkpoint::CheckpointState::kComplete ? "complete"
-                                                                  : std::string(checkpoint_state_name(e.state));
-            record("resume_skipped", {{"step", e.step}, {"state", state}, {"why", e.reason}});
+            record("resume_skipped", {{"step", e.step},
+                                      {"state", std::string(checkpoint_state_name(e.state))},
+                                      {"why", e.reason}});
             spdlog::warn("resume: skipping step {}: {}", e.step, e.reason);
           }
-          event::ResumeFound found{epoch, std::nullopt, "", false};
-          for (const auto& e : r.skipped)
-            if (e.state == checkpoint::CheckpointState::kComplete) found.skipped_complete = true;
-          if (r.chosen) {
-            found.step = r.chosen->step;
-            found.manifest = join_path(r.chosen->dir, std::string(checkpoint::kManifestName));
-          }
-          feed(found);
+          feed(resume_found(epoch, r));
         });
   }
 
@@ -308,13 +303,9 @@ struct Supervisor::Impl {
     std::weak_ptr<bool> weak = alive;
     keeper->quarantine(q.step, q.reason, [this, weak, q](Result<std::string> r) {
       if (weak.expired()) return;
-      if (!r.ok()) {
-        spdlog::error("quarantine of step {}: {}", q.step, r.error().message());
-        record("quarantine_failed", {{"step", q.step}, {"error", r.error().message()}});
-        return;
-      }
-      spdlog::error("checkpoint of step {} set aside in {}: {}", q.step, *r, q.reason);
-      record("quarantined", {{"step", q.step}, {"path", *r}, {"reason", q.reason}});
+      quarantined(r.ok() ? QuarantineOutcome{q.step, *r, ""}
+                         : QuarantineOutcome{q.step, "", r.error().message()},
+                  q.reason);
     });
   }
 
@@ -324,16 +315,18 @@ struct Supervisor::Impl {
     keeper->quarantine_from(q.from_step, q.reason, [this, weak, q](std::vector<QuarantineOutcome> r) {
       if (weak.expired()) return;
       if (r.empty()) spdlog::warn("divergence guard: no checkpoint of step {} or later to set aside", q.from_step);
-      for (const auto& o : r) {
-        if (!o.error.empty()) {
-          spdlog::error("quarantine of step {}: {}", o.step, o.error);
-          record("quarantine_failed", {{"step", o.step}, {"error", o.error}});
-          continue;
-        }
-        spdlog::error("checkpoint of step {} set aside in {}: {}", o.step, o.path, q.reason);
-        record("quarantined", {{"step", o.step}, {"path", o.path}, {"reason", q.reason}});
-      }
+      for (const auto& o : r) quarantined(o, q.reason);
     });
+  }
+
+  void quarantined(const QuarantineOutcome& o, const std::string& reason) {
+    if (!o.error.empty()) {
+      spdlog::error("quarantine of step {}: {}", o.step, o.error);
+      record("quarantine_failed", {{"step", o.step}, {"error", o.error}});
+      return;
+    }
+    spdlog::error("checkpoint of step {} set aside in {}: {}", o.step, o.path, reason);
+    record("quarantined", {{"step", o.step}, {"path", o.path}, {"reason", reason}});
   }
 
   void finish(const command::Finish& f) {
@@ -345,8 +338,7 @@ struct Supervisor::Impl {
     if (node) node->stop();
     if (opt.write_coordinator_log) {
       // The job is over: nothing runs for a successor to adopt.
-      CoordinatorState state = machine.snapshot(now());
-      state.job_id = cfg.job_id;
+      CoordinatorState state = coordinator_state();
       state.running = false;
       (void)store_coordinator_state(d.fs, cfg.checkpoint_dir, state, d.clock.wall_now());
       finished_logged = true;
@@ -407,15 +399,7 @@ Status Supervisor::start() {
     SG_RETURN_IF_ERROR(m.node->start());
   }
   // Earlier runs in this run dir count towards the goodput, as `status` counts them.
-  if (auto past = m.d.fs.read_file(m.events.path()); past.ok()) {
-    size_t from = 0;
-    while (from < past->size()) {
-      size_t nl = past->find('\n', from);
-      if (nl == std::string::npos) nl = past->size();
-      m.timeline.add_line(std::string_view(*past).substr(from, nl - from));
-      from = nl + 1;
-    }
-  }
+  if (auto past = m.d.fs.read_file(m.events.path()); past.ok()) m.timeline.add_lines(*past);
   m.record("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
                            {"checkpoint_dir", m.cfg.checkpoint_dir}, {"first_attempt", first}});
   if (m.cfg.resume_from_step || m.cfg.resume_from_none) {

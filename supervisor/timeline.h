@@ -187,6 +187,8 @@ class Timeline {
   // Parses and feeds one line of events.jsonl; a malformed line is counted and skipped
   // (returns false). Blank lines are ignored.
   bool add_line(std::string_view line);
+  // Feeds every line of a whole events.jsonl text (the shell, at start: earlier runs count).
+  void add_lines(std::string_view text);
 
   // Everything at `now_unix_ms`: a run that has not recorded `finish` counts its current phase
   // up to then (pass the last record's time for a run whose supervisor is gone).

@@ -95,6 +95,15 @@ bool Timeline::add_line(std::string_view line) {
   return true;
 }
 
+void Timeline::add_lines(std::string_view text) {
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    add_line(text.substr(0, nl));
+    if (nl == std::string_view::npos) break;
+    text.remove_prefix(nl + 1);
+  }
+}
+
 policies::GoodputTotals Timeline::goodput(int64_t now_unix_ms) const {
   return s_->totals_at(now_unix_ms);
 }

@@ -72,6 +72,24 @@ TEST_CASE("choose_resume: the newest complete checkpoint not skipped", "[resume_
   CHECK(none.error.empty());
 }
 
+TEST_CASE("resume_found: what the decision core is told of a choice", "[resume_plan]") {
+  TempDir dir;
+  write_steps(dir.path(), {100, 200});
+
+  auto chosen = resume_found(3, choose_resume(posix(), dir.path(), checkpoint::Verify::kSize, {200},
+                                              std::nullopt));
+  CHECK(chosen.epoch == 3);
+  CHECK(chosen.step == std::optional<uint64_t>(100));
+  CHECK(chosen.manifest == dir / "step-000000100/manifest.json");
+  CHECK(chosen.skipped_complete);  // 200 was complete, passed over for no progress
+
+  auto fresh = resume_found(4, choose_resume(posix(), dir.path(), checkpoint::Verify::kSize, {},
+                                             uint64_t{100}));
+  CHECK_FALSE(fresh.step);
+  CHECK(fresh.manifest.empty());
+  CHECK_FALSE(fresh.skipped_complete);  // the guard's range is not "skipped"
+}
+
 TEST_CASE("choose_resume: an unfinished or damaged newer step is passed over and reported",
           "[resume_plan]") {
   TempDir dir;

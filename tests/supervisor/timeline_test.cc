@@ -436,6 +436,25 @@ TEST_CASE("Fed record by record (the shell) equals read from the file", "[timeli
         Approx(from_file.view(20000).goodput.productive_gpu_seconds));
 }
 
+TEST_CASE("A whole file fed at once equals its lines fed one by one", "[timeline][unit]") {
+  Timeline by_line = feed(crash_and_relaunch());
+  std::string text;
+  for (const auto& l : crash_and_relaunch()) text += l + "\n";
+  text += "not json\n\n";  // a malformed line is counted, a blank one ignored
+  text += crash_and_relaunch().back();  // a last line without its newline is fed too
+  Timeline whole;
+  whole.add_lines(text);
+  CHECK(whole.records().size() == by_line.records().size() + 1);
+  CHECK(whole.skipped_lines() == 1);
+  CHECK(whole.view(20000).records == by_line.view(20000).records + 1);
+  CHECK(whole.goodput(20000).allocated_gpu_seconds ==
+        Approx(by_line.goodput(20000).allocated_gpu_seconds));
+  Timeline none;
+  none.add_lines("");
+  CHECK(none.records().empty());
+  CHECK(none.skipped_lines() == 0);
+}
+
 TEST_CASE("A live run counts its open phase up to now", "[timeline][unit]") {
   Timeline t = feed({
       L(0, "start", R"j("nproc":4)j"),
