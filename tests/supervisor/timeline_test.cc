@@ -13,46 +13,6 @@ using namespace shardguard;
 using namespace shardguard::supervisor;
 using policies::Badput;
 
-namespace {
-
-// A 2-rank run: attempt 0 commits step 100, is killed at step 200 (100 steps lost), attempt 1
-// resumes from 100 and finishes at 300. Times in ms from 0.
-std::vector<std::string> crash_and_relaunch() {
-  return {
-      L(0, "start", R"j("job_id":"j","nproc":2,"checkpoint_dir":"/c","first_attempt":0)j"),
-      L(0, "node_joined", R"j("node":0,"address":"127.0.0.1","nodes":1)j"),
-      L(100, "launch",
-        R"j("attempt":0,"nproc":2,"nodes":"0","master_port":29500,"resume_step":-1,"resume_manifest":"")j"),
-      L(200, "hello", R"j("attempt":0,"rank":0,"pid":11)j"),
-      L(200, "hello", R"j("attempt":0,"rank":1,"pid":12)j"),
-      L(1100, "ranks_ready", R"j("attempt":0,"seconds_since_launch":1.0)j"),
-      L(3100, "checkpoint_committed",
-        R"j("attempt":0,"step":100,"seconds":1E-1,"manifest":"/c/step-000000100/manifest.json")j"),
-      L(5100, "rank_exit",
-        R"j("attempt":0,"rank":1,"status":"killed by signal 9 (SIGKILL)","killed_by_us":false)j"),
-      L(5100, "teardown", R"j("attempt":0,"why":"rank 1 killed by signal 9 (SIGKILL)")j"),
-      L(5150, "rank_exit",
-        R"j("attempt":0,"rank":0,"status":"killed by signal 9 (SIGKILL)","killed_by_us":true)j"),
-      L(5200, "attempt_end",
-        R"j("attempt":0,"class":"crash","detail":"rank 1 killed by signal 9 (SIGKILL)","seconds":5.1,"max_step":200,"lost_steps":100)j"),
-      L(5200, "backoff", R"j("attempt":0,"seconds":5E-2,"why":"crash: restart 1 of 3")j"),
-      L(5300, "launch",
-        R"j("attempt":1,"nproc":2,"nodes":"0","master_port":29501,"resume_step":100,"resume_manifest":"/c/step-000000100/manifest.json")j"),
-      L(5800, "ranks_ready", R"j("attempt":1,"seconds_since_launch":0.5)j"),
-      L(7800, "checkpoint_committed",
-        R"j("attempt":1,"step":200,"seconds":0.2,"manifest":"/c/step-000000200/manifest.json")j"),
-      L(9800, "rank_exit",
-        R"j("attempt":1,"rank":0,"status":"exited with code 0","killed_by_us":false)j"),
-      L(9800, "teardown", R"j("attempt":1,"why":"every rank exited")j"),
-      L(9900, "attempt_end",
-        R"j("attempt":1,"class":"success","detail":"","seconds":4.6,"max_step":300,"lost_steps":0)j"),
-      L(9900, "finish",
-        R"j("state":"succeeded","exit_code":0,"attempts":2,"summary":"every rank exited 0")j"),
-  };
-}
-
-}  // namespace
-
 TEST_CASE("Crash and relaunch: goodput worked out by hand", "[timeline][unit]") {
   Timeline t = feed(crash_and_relaunch());
   const TimelineView v = t.view(10'000'000);  // finished: `now` adds nothing
@@ -414,45 +374,6 @@ TEST_CASE("A job that never heartbeats trains from its launch when it ends in su
   CHECK(run("success").productive_gpu_seconds == Approx(10));
   CHECK(run("crash").productive_gpu_seconds == Approx(0));
   CHECK(run("crash").badput(Badput::kRestart) == Approx(10));
-}
-
-TEST_CASE("Fed record by record (the shell) equals read from the file", "[timeline][unit]") {
-  Timeline from_file = feed(crash_and_relaunch());
-  Timeline live;
-  for (const auto& l : crash_and_relaunch()) {
-    auto r = parse_timeline_line(l);
-    REQUIRE(r);
-    live.add(r->time_unix_ms, r->type, r->fields);
-  }
-  for (int64_t now : {int64_t{3000}, int64_t{6000}, int64_t{20000}})
-    CHECK(live.goodput(now).allocated_gpu_seconds ==
-          Approx(from_file.goodput(now).allocated_gpu_seconds));
-  // Keeping no records changes no figure.
-  TimelineOptions o;
-  o.keep_records = false;
-  Timeline lean = feed(crash_and_relaunch(), o);
-  CHECK(lean.records().empty());
-  CHECK(lean.view(20000).goodput.productive_gpu_seconds ==
-        Approx(from_file.view(20000).goodput.productive_gpu_seconds));
-}
-
-TEST_CASE("A whole file fed at once equals its lines fed one by one", "[timeline][unit]") {
-  Timeline by_line = feed(crash_and_relaunch());
-  std::string text;
-  for (const auto& l : crash_and_relaunch()) text += l + "\n";
-  text += "not json\n\n";  // a malformed line is counted, a blank one ignored
-  text += crash_and_relaunch().back();  // a last line without its newline is fed too
-  Timeline whole;
-  whole.add_lines(text);
-  CHECK(whole.records().size() == by_line.records().size() + 1);
-  CHECK(whole.skipped_lines() == 1);
-  CHECK(whole.view(20000).records == by_line.view(20000).records + 1);
-  CHECK(whole.goodput(20000).allocated_gpu_seconds ==
-        Approx(by_line.goodput(20000).allocated_gpu_seconds));
-  Timeline none;
-  none.add_lines("");
-  CHECK(none.records().empty());
-  CHECK(none.skipped_lines() == 0);
 }
 
 TEST_CASE("A live run counts its open phase up to now", "[timeline][unit]") {
