@@ -21,6 +21,7 @@
 #include "io/http_server.h"
 #include "io/process.h"
 #include "agent/scheduler_env.h"
+#include "agent/slurm_policy.h"
 #include "agent/slurm_scontrol.h"
 #include "supervisor/job_config_toml.h"
 #include "supervisor/rank_env.h"
@@ -149,6 +150,11 @@ int run(const RunArgs& a) {
     if (*placement) std::printf("%s\n", (*placement)->describe().c_str());
     return kExitOk;
   }
+  // Under Slurm with SBATCH_SIGNAL, the signal's lead is a window the emergency save must fit
+  // (a malformed variable is reported when the Slurm integration attaches).
+  if (auto slurm = agent::read_slurm_job_env(agent::environment_snapshot());
+      slurm.ok() && *slurm && (*slurm)->signal)
+    cfg->slurm_signal_lead = (*slurm)->signal->lead;
   if (auto st = io::become_child_subreaper(); !st.ok())
     spdlog::warn("cannot become a subreaper ({}); orphaned grandchildren may escape teardown",
                  st.error().message());

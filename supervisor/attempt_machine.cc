@@ -326,12 +326,15 @@ void AttemptMachine::seed_loop_breaker(std::map<std::optional<uint64_t>, uint32_
   impl_->policy.seed(std::move(failed_resumes), std::move(fallback_tried));
 }
 
+void AttemptMachine::seed_save_time(Duration last_save) { impl_->seeded_save = last_save; }
+
 Commands AttemptMachine::start(Now now, Epoch first_epoch) {
   Impl& m = *impl_;
   m.out.clear();
   m.job_start = now.steady;
   m.epoch = first_epoch;
   m.failure_rate.set_start(now.steady);
+  m.check_save_window(m.seeded_save, "start");
   m.maybe_begin(now);
   return std::move(m.out);
 }
@@ -453,6 +456,9 @@ MachineStats AttemptMachine::stats(Now now) const {
   s.lost_steps = m.lost_steps;
   s.checkpoints = m.checkpoints;
   s.checkpoint_seconds = m.checkpoint_seconds;
+  if (m.cfg.save_window.stop_grace > Duration{0})
+    s.save_window_seconds = to_seconds(policies::shortest_save_window(m.cfg.save_window).window);
+  s.save_window_fraction = m.save_window_fraction;
   s.restarts = m.restarts;
   s.nodes = m.alive_members();
   s.running_time = m.running_time;

@@ -65,8 +65,9 @@ struct MachineConfig {
   Duration rejoin_window = std::chrono::seconds(5);
 
   // Emergencies.
-  // The notice windows a save must fit (policies/save_window.h): a committed save that takes
-  // more than half the shortest one is recorded as "save_window" with a warning.
+  // The notice windows a save must fit (policies/save_window.h): a save that takes more than
+  // half the shortest one is recorded as "save_window" with a warning, at start (the save time
+  // given to seed_save_time) and after each commit.
   policies::SaveWindowInputs save_window;
   Duration safety_margin = std::chrono::seconds(2);  // ranks must be done this long before
   Duration drain_wait = std::chrono::seconds(10);    // ranks' exit after the emergency commit
@@ -108,6 +109,10 @@ struct MachineStats {
   uint64_t lost_steps = 0;           // counted from the resume step of each attempt
   uint64_t checkpoints = 0;
   double checkpoint_seconds = 0;
+  // The emergency save's window (0: none configured) and the last save's share of it (the
+  // seeded save time until this run commits one; 0: no save known yet).
+  double save_window_seconds = 0;
+  double save_window_fraction = 0;
   std::map<std::string, uint64_t> restarts;  // by exit class name
   uint64_t max_step = 0;                     // highest step reported in this attempt
   uint32_t nodes = 0;                        // members now
@@ -132,6 +137,10 @@ class AttemptMachine {
   // committed_step, by_notice) and in "fallback_checkpoint" records (step).
   void seed_loop_breaker(std::map<std::optional<uint64_t>, uint32_t> failed_resumes,
                          std::set<uint64_t> fallback_tried);
+  // Before start(): how long the last committed save took (an earlier attempt or run on this
+  // run directory). start() checks it against the save window, so a run that will not fit its
+  // emergency save warns at start, before its first checkpoint.
+  void seed_save_time(Duration last_save);
   // Feeds one event; returns what to do, in order.
   Commands handle(Now now, const Event& event);
   // Instead of start(): a restarted or successor coordinator takes over from the record its

@@ -103,6 +103,8 @@ struct AttemptMachine::Impl {
   policies::ExponentialBackoff backoff;
   policies::CheckpointCostEstimator cost;
   double save_window_warned = 0;  // the fraction last warned about (warn again at 1.25x)
+  double save_window_fraction = 0;  // of the last save checked
+  Duration seeded_save{0};          // seed_save_time(): checked at start
   policies::FailureRateEstimator failure_rate;
   policies::DivergenceGuard guard;
   GuardState guard_state;
@@ -144,9 +146,10 @@ struct AttemptMachine::Impl {
         guard(cfg.guard) {}
 
   // --- output helpers -------------------------------------------------------------------
-  // After a commit: does a save of this length fit the shortest notice? Warns once, and again
-  // only when saves grow by a quarter, so a slow disk does not fill the log.
-  void check_save_window(Duration took);
+  // At start (`when` "start", an earlier save's time) and after a commit ("commit"): does a
+  // save of this length fit the shortest notice? Warns once, and again only when saves grow
+  // by a quarter, so a slow disk does not fill the log.
+  void check_save_window(Duration took, std::string_view when);
 
   void record(std::string type, EventFields fields) {
     out.push_back(command::Record{std::move(type), std::move(fields)});

@@ -6,6 +6,7 @@
 
 #include <boost/json.hpp>
 #include <fstream>
+#include <sstream>
 
 namespace shardguard::supervisor {
 namespace json = boost::json;
@@ -64,9 +65,17 @@ void EventLog::write(std::string_view type, const EventFields& fields) {
 Result<std::vector<EventRecord>> read_events(const std::string& path) {
   std::ifstream in(path);
   if (!in) return Error::from_errno("open '" + path + "'", errno);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_events(text.str());
+}
+
+std::vector<EventRecord> parse_events(std::string_view text) {
   std::vector<EventRecord> out;
-  std::string line;
-  while (std::getline(in, line)) {
+  while (!text.empty()) {
+    const size_t eol = text.find('\n');
+    const std::string_view line = text.substr(0, eol);
+    text.remove_prefix(eol == std::string_view::npos ? text.size() : eol + 1);
     boost::system::error_code ec;
     json::value v = json::parse(line, ec);
     if (ec || !v.is_object()) continue;

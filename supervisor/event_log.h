@@ -43,5 +43,7 @@ struct EventRecord {
   std::vector<std::pair<std::string, std::string>> fields;
 };
 Result<std::vector<EventRecord>> read_events(const std::string& path);
+// The same, of the file's text.
+std::vector<EventRecord> parse_events(std::string_view text);
 
 }  // namespace shardguard::supervisor

@@ -94,6 +94,9 @@ struct JobConfig {
   // [stop]
   int checkpoint_signal = 10;                     // SIGUSR1
   Duration grace = std::chrono::seconds(30);      // emergency budget on SIGTERM/SIGINT
+  // Not a key: inside a Slurm job submitted with SBATCH_SIGNAL, its lead (the time from the
+  // signal to the time limit), one of the windows an emergency save must fit.
+  std::optional<Duration> slurm_signal_lead;
   Duration safety_margin = std::chrono::seconds(2);  // deadline minus this
   // Teardown: `stop` on the control socket, then SIGKILL of what is left after this long.
   Duration term_grace = std::chrono::seconds(3);

@@ -85,17 +85,21 @@ void AttemptMachine::Impl::on(Now now, const event::SaveBegan& e) {
   save_begin.try_emplace(e.step, now.steady);
 }
 
-void AttemptMachine::Impl::check_save_window(Duration took) {
+void AttemptMachine::Impl::check_save_window(Duration took, std::string_view when) {
   // No window configured (the simulator, unit tests): nothing to compare with.
   if (took <= Duration{0} || cfg.save_window.stop_grace <= Duration{0}) return;
   const auto c = policies::check_save_window(cfg.save_window, took);
+  save_window_fraction = c.fraction;
   if (!c.warning || c.fraction < save_window_warned * 1.25) return;
   save_window_warned = c.fraction;
+  std::string warning = *c.warning;
+  if (when == "start") warning += " (measured by an earlier run on this run directory)";
   record("save_window", {{"seconds", to_seconds(took)},
                          {"window_seconds", to_seconds(c.window.window)},
                          {"source", c.window.source},
                          {"fraction", c.fraction},
-                         {"warning", *c.warning}});
+                         {"when", std::string(when)},
+                         {"warning", std::move(warning)}});
 }
 
 void AttemptMachine::Impl::on(Now now, const event::Committed& e) {
@@ -120,7 +124,7 @@ void AttemptMachine::Impl::on(Now now, const event::Committed& e) {
   record("checkpoint_committed", {{"attempt", e.epoch}, {"step", e.step},
                                   {"seconds", to_seconds(took)}, {"bytes", e.bytes},
                                   {"manifest", e.manifest}});
-  check_save_window(took);
+  check_save_window(took, "commit");
   hook("checkpoint_committed", {{"step", std::to_string(e.step)}, {"manifest", e.manifest}});
   if (guard_committed(e)) return;  // after the anomaly: set aside, not a checkpoint to count on
   if (emergency && !emergency->committed_step && request &&

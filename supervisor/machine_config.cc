@@ -26,6 +26,7 @@ MachineConfig machine_config(const JobConfig& c) {
   m.stop_timeout = c.term_grace + std::chrono::seconds(30);
   m.safety_margin = c.safety_margin;
   m.save_window.stop_grace = c.grace;
+  m.save_window.slurm_signal_lead = c.slurm_signal_lead;
   // An unknown setting is the config loader's error to report; here it watches nothing.
   if (auto clouds = policies::clouds_from_setting(c.agent.clouds); clouds.ok())
     m.save_window.clouds = *clouds;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 
 #include "checkpoint/paths.h"
 #include "checkpoint/quarantine.h"
@@ -92,18 +94,32 @@ Result<std::vector<uint64_t>> roll_back(Filesystem& fs, const std::string& dir,
   return aside;
 }
 
-Epoch first_epoch(Filesystem& fs, const std::string& events_path, const std::string& dir) {
+Epoch first_epoch(Filesystem& fs, std::span<const EventRecord> past, const std::string& dir) {
   Epoch next = 0;
-  if (auto past = read_events(events_path); past.ok())
-    for (const auto& e : *past)
-      if (e.type == "launch")
-        for (const auto& [k, v] : e.fields)
-          if (k == "attempt")
-            if (auto n = parse_u64(v); n && *n < UINT64_MAX) next = std::max(next, *n + 1);
+  for (const auto& e : past)
+    if (e.type == "launch")
+      for (const auto& [k, v] : e.fields)
+        if (k == "attempt")
+          if (auto n = parse_u64(v); n && *n < UINT64_MAX) next = std::max(next, *n + 1);
   if (auto entries = checkpoint::list_checkpoints(fs, dir, checkpoint::Verify::kSize); entries.ok())
     for (const auto& e : *entries)
       if (e.manifest) next = std::max(next, e.manifest->attempt + 1);
   return next;
+}
+
+std::optional<Duration> last_save_time(std::span<const EventRecord> past) {
+  for (auto e = past.rbegin(); e != past.rend(); ++e) {
+    if (e->type != "checkpoint_committed") continue;
+    for (const auto& [k, v] : e->fields) {
+      if (k != "seconds") continue;
+      char* end = nullptr;
+      const double s = std::strtod(v.c_str(), &end);
+      // A save of zero seconds was not timed (its begin was not seen): look further back.
+      if (end != v.c_str() && *end == '\0' && std::isfinite(s) && s > 0 && s < 1e7)
+        return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace shardguard::supervisor

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "core/clock.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "supervisor/event_log.h"
 #include "supervisor/machine_events.h"
 
 namespace shardguard::supervisor {
@@ -42,8 +44,12 @@ Result<std::vector<uint64_t>> roll_back(Filesystem& fs, const std::string& dir,
 
 // Attempt numbers keep growing across `shardguard run` invocations on the same run directory
 // and checkpoints, so that fencing can tell a zombie of an earlier run from the current one:
-// one more than any in the events file at `events_path` or in a manifest of `dir`. A line
+// one more than any in the run directory's events (`past`) or in a manifest of `dir`. A line
 // that is not ours (a hand-edited file) is passed over.
-Epoch first_epoch(Filesystem& fs, const std::string& events_path, const std::string& dir);
+Epoch first_epoch(Filesystem& fs, std::span<const EventRecord> past, const std::string& dir);
+
+// How long the last save committed in `past` took (its "checkpoint_committed" seconds), for
+// the save-window check at start; nullopt when none is recorded.
+std::optional<Duration> last_save_time(std::span<const EventRecord> past);
 
 }  // namespace shardguard::supervisor

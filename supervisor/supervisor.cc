@@ -366,7 +366,11 @@ Status Supervisor::start() {
   SG_ASSIGN_OR_RETURN(m.events, EventLog::open(join_path(m.cfg.run_dir, "events.jsonl"), m.d.clock));
   for (auto& t : m.timers) t = m.d.timers.make_timer();
   m.room_timer = m.d.timers.make_timer();
-  const Epoch first = first_epoch(m.d.fs, m.events.path(), m.cfg.checkpoint_dir);
+  // Earlier runs in this run dir: attempt numbers, the last save's time, the goodput.
+  const std::string past = m.d.fs.read_file(m.events.path()).value_or("");
+  const auto past_records = parse_events(past);
+  m.timeline.add_lines(past);  // they count towards the goodput, as `status` counts them
+  const Epoch first = first_epoch(m.d.fs, past_records, m.cfg.checkpoint_dir);
   // One job per checkpoint directory: its lease, its job id, its history.
   m.keeper = std::make_unique<DirectoryKeeper>(m.d, m.cfg);
   SG_ASSIGN_OR_RETURN(
@@ -398,8 +402,6 @@ Status Supervisor::start() {
     m.node = m.own_node.get();
     SG_RETURN_IF_ERROR(m.node->start());
   }
-  // Earlier runs in this run dir count towards the goodput, as `status` counts them.
-  if (auto past = m.d.fs.read_file(m.events.path()); past.ok()) m.timeline.add_lines(*past);
   m.record("start", {{"job_id", m.cfg.job_id}, {"nproc", uint64_t{m.cfg.nproc}},
                            {"checkpoint_dir", m.cfg.checkpoint_dir}, {"first_attempt", first}});
   if (m.cfg.resume_from_step || m.cfg.resume_from_none) {
@@ -414,6 +416,8 @@ Status Supervisor::start() {
   // The loop breaker continues the counts of earlier runs on this directory.
   m.machine.seed_loop_breaker(m.keeper->history().failed_resumes,
                               m.keeper->history().fallback_tried);
+  // Does the emergency save fit? Known at start when an earlier run here committed one.
+  if (auto last = last_save_time(past_records)) m.machine.seed_save_time(*last);
   if (m.opt.adopt) {
     const CoordinatorState& state = *m.opt.adopt;
     spdlog::warn("taking over job '{}' at attempt {} from the coordinator's record", m.cfg.job_id,

@@ -280,3 +280,28 @@ TEST_CASE("Each rank's environment carries the job's commit_timeout, and events.
   REQUIRE(code == 0);
   CHECK(slurp(out) == "7000\n");
 }
+
+TEST_CASE("Under Slurm with SBATCH_SIGNAL, an earlier run's save over half the signal's lead "
+          "warns at start",
+          "[run][integration]") {
+  RunDirs d;
+  write_config(d);
+  // The run before this one on the run directory (a requeue) took 3 s to save.
+  std::filesystem::create_directories(d.run());
+  std::ofstream(d.run() + "/events.jsonl")
+      << "{\"time_unix_ms\":1,\"event\":\"checkpoint_committed\",\"attempt\":0,\"step\":50,"
+         "\"seconds\":3.0,\"bytes\":1,\"manifest\":\"m\"}\n";
+  // A Slurm job's environment; the run ends with exit 0, so no scontrol is needed.
+  std::string cmd = "env SLURM_JOB_ID=4711 SLURM_NNODES=1 SLURM_NODEID=0 SBATCH_SIGNAL=B:USR1@4 "
+                    "SLURM_RESTART_COUNT=1";
+  for (const auto& a : run_argv(d, 1, with(kTrain, {"--steps", "20"}))) cmd += " " + a;
+  auto r = run_command(cmd);
+  INFO(r.out + r.err);
+  REQUIRE(r.exit_code == 0);
+  auto w = events_named(d, "save_window");
+  REQUIRE(w.size() == 1);
+  CHECK(field(w[0], "when") == "start");
+  CHECK(field(w[0], "source") == "Slurm --signal lead");
+  CHECK(std::stod(field(w[0], "window_seconds")) == Approx(4.0));
+  CHECK_THAT(r.out + r.err, Catch::Contains("75% of the 4.00s the Slurm --signal lead leaves"));
+}

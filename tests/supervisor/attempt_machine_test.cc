@@ -3,6 +3,7 @@
 #include <catch2/catch.hpp>
 
 #include "core/exit_codes.h"
+#include "supervisor/machine_metrics.h"
 #include "tests/supervisor/machine_driver.h"
 
 using namespace shardguard;
@@ -373,6 +374,55 @@ TEST_CASE("save window: a save longer than half the shortest notice is recorded 
   CHECK(d.records("save_window").size() == 1);
   save(8, 28s);  // a quarter slower than the warned one: again
   CHECK(d.records("save_window").size() == 2);
+}
+
+TEST_CASE("save window at start: an earlier run's save over half the Slurm --signal lead "
+          "warns before the first launch; the metrics show window and fraction",
+          "[machine][unit]") {
+  MachineConfig c = two_ranks();
+  c.save_window.stop_grace = 30s;
+  c.save_window.slurm_signal_lead = 12s;  // SBATCH_SIGNAL=B:USR1@12
+  c.hang_timeout = std::chrono::hours(1);
+  MachineDriver d(c);
+  d.machine().seed_save_time(7s);
+  d.start();
+  REQUIRE(d.records("save_window").size() == 1);  // at start: no launch yet
+  CHECK_FALSE(d.last<command::Launch>());
+  CHECK(d.last_field("save_window", "when") == "start");
+  CHECK(d.last_field("save_window", "source") == "Slurm --signal lead");
+  CHECK_THAT(d.last_field("save_window", "warning"),
+             Catch::Contains("58%") && Catch::Contains("sbatch --signal") &&
+                 Catch::Contains("earlier run"));
+  std::string metrics = machine_metrics(d.machine().stats(d.now()));
+  CHECK_THAT(metrics, Catch::Contains("shardguard_save_window_seconds 12.0"));
+  CHECK_THAT(metrics, Catch::Contains("shardguard_save_window_fraction 0.58"));
+
+  // This run's own saves take over: a faster one lowers the fraction without a warning.
+  d.feed(event::NodeJoined{0, "10.0.0.1"});
+  d.resume(std::nullopt);
+  d.launched();
+  d.beat(5);
+  d.feed(event::SaveBegan{d.epoch(), 0, 5});
+  d.advance(3s);
+  d.commit(5);
+  CHECK(d.records("save_window").size() == 1);
+  CHECK_THAT(machine_metrics(d.machine().stats(d.now())),
+             Catch::Contains("shardguard_save_window_fraction 0.25"));
+}
+
+TEST_CASE("save window at start: nothing without an earlier save, or with one that fits",
+          "[machine][unit]") {
+  MachineConfig c = two_ranks();
+  c.save_window.stop_grace = 30s;
+  MachineDriver fits(c);
+  fits.machine().seed_save_time(15s);  // exactly half: fits
+  fits.start();
+  CHECK(fits.records("save_window").empty());
+  MachineDriver unknown(c);
+  unknown.start();
+  CHECK(unknown.records("save_window").empty());
+  CHECK_THAT(machine_metrics(unknown.machine().stats(unknown.now())),
+             Catch::Contains("shardguard_save_window_fraction 0.0"));
 }
 
 TEST_CASE("lost steps and the last committed step count from the resume step, not from 0",

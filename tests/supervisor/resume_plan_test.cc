@@ -15,7 +15,6 @@
 namespace shardguard::supervisor {
 namespace {
 
-using shardguard::testing::spit;
 using shardguard::testing::TempDir;
 
 const shardguard::testing::StepShape kShape{8, 16};
@@ -175,20 +174,34 @@ TEST_CASE("roll_back: --resume-from none wants --fresh before it sets anything a
 
 TEST_CASE("first_epoch: one past every attempt in the events and the manifests",
           "[resume_plan]") {
-  TempDir run, ckpt;
-  const std::string events = run / "events.jsonl";
-  CHECK(first_epoch(posix(), events, ckpt.path()) == 0);  // neither exists yet
+  TempDir ckpt;
+  CHECK(first_epoch(posix(), {}, ckpt.path()) == 0);  // neither exists yet
 
-  spit(events,
-       "{\"time_unix_ms\":1,\"event\":\"launch\",\"attempt\":\"4\"}\n"
-       "{\"time_unix_ms\":2,\"event\":\"launch\",\"attempt\":\"four\"}\n"   // hand-edited
-       "not json at all\n"
-       "{\"time_unix_ms\":3,\"event\":\"launch\",\"attempt\":\"18446744073709551615\"}\n"
-       "{\"time_unix_ms\":4,\"event\":\"exit\",\"attempt\":\"90\"}\n");       // not a launch
-  CHECK(first_epoch(posix(), events, ckpt.path()) == 5);
+  const auto past = parse_events(
+      "{\"time_unix_ms\":1,\"event\":\"launch\",\"attempt\":\"4\"}\n"
+      "{\"time_unix_ms\":2,\"event\":\"launch\",\"attempt\":\"four\"}\n"   // hand-edited
+      "not json at all\n"
+      "{\"time_unix_ms\":3,\"event\":\"launch\",\"attempt\":\"18446744073709551615\"}\n"
+      "{\"time_unix_ms\":4,\"event\":\"exit\",\"attempt\":\"90\"}");       // not a launch
+  CHECK(past.size() == 4);  // the last line needs no newline
+  CHECK(first_epoch(posix(), past, ckpt.path()) == 5);
 
   write_steps(ckpt.path(), {100}, 7);  // a checkpoint committed by attempt 7
-  CHECK(first_epoch(posix(), events, ckpt.path()) == 8);
+  CHECK(first_epoch(posix(), past, ckpt.path()) == 8);
+}
+
+TEST_CASE("last_save_time: the newest timed commit in the events", "[resume_plan]") {
+  CHECK_FALSE(last_save_time({}));
+  const auto past = parse_events(
+      "{\"time_unix_ms\":1,\"event\":\"checkpoint_committed\",\"step\":10,\"seconds\":12.5}\n"
+      "{\"time_unix_ms\":2,\"event\":\"checkpoint_committed\",\"step\":20,\"seconds\":3.25}\n"
+      "{\"time_unix_ms\":3,\"event\":\"save_window\",\"seconds\":99}\n"           // not a commit
+      "{\"time_unix_ms\":4,\"event\":\"checkpoint_committed\",\"step\":30,\"seconds\":0}\n"   // untimed
+      "{\"time_unix_ms\":5,\"event\":\"checkpoint_committed\",\"step\":40,\"seconds\":\"x\"}\n"
+      "{\"time_unix_ms\":6,\"event\":\"checkpoint_committed\",\"step\":50,\"seconds\":-4}\n");
+  auto t = last_save_time(past);
+  REQUIRE(t);
+  CHECK(std::chrono::duration<double>(*t).count() == Approx(3.25));
 }
 
 }  // namespace

@@ -100,6 +100,37 @@ TEST_CASE("shell: a notice while the resume checkpoint is still being looked for
   CHECK(f.events("launch").empty());
 }
 
+TEST_CASE("shell: a save of an earlier run that would not fit the emergency window warns at "
+          "start",
+          "[supervisor][integration]") {
+  ShellFixture f;
+  std::filesystem::create_directories(f.dir / "run");
+  // The run before this one (a requeue on the same run directory) took 20 s to save.
+  std::ofstream(f.dir / "run/events.jsonl")
+      << "{\"time_unix_ms\":1,\"event\":\"launch\",\"attempt\":3}\n"
+         "{\"time_unix_ms\":2,\"event\":\"checkpoint_committed\",\"attempt\":3,\"step\":40,"
+         "\"seconds\":20.0,\"bytes\":1,\"manifest\":\"m\"}\n";
+  JobConfig c = f.config({"--steps", "100000", "--sleep-ms", "5"});
+  c.grace = 60s;
+  c.agent.clouds = "none";
+  c.slurm_signal_lead = 32s;  // what `shardguard run` reads from SBATCH_SIGNAL=B:USR1@32
+  Supervisor sup(f.deps, c);
+  REQUIRE(sup.start().ok());
+  auto w = f.events("save_window");
+  REQUIRE(w.size() == 1);
+  CHECK(f.events("launch").size() == 1);  // the earlier run's: this one launched nothing yet
+  CHECK(field(w[0], "when") == "start");
+  CHECK(field(w[0], "source") == "Slurm --signal lead");
+  CHECK_THAT(field(w[0], "warning"), Catch::Contains("62% of the 32.00s"));
+  CHECK_THAT(sup.metrics_text(), Catch::Contains("shardguard_save_window_seconds 32.0"));
+  CHECK_THAT(sup.metrics_text(), Catch::Contains("shardguard_save_window_fraction 0.625"));
+  CHECK(std::stoull(field(f.events("start")[0], "first_attempt")) == 4);  // one read, both uses
+  sup.notice(sigterm(f.clock.wall_now()));
+  CHECK(sup.finished());
+  f.worker.run_all();
+  f.loop.run_for(50ms);
+}
+
 TEST_CASE("shell: a notice is acted on while a commit read-back holds the worker",
           "[supervisor][integration]") {
   ShellFixture f;
