@@ -35,7 +35,7 @@ int die(const Error& e);
 
 uint64_t rows_for(uint64_t total_bytes);
 checkpoint::Box rank_box(uint64_t rows, uint32_t rank, uint32_t world);
-// This rank's rows of every tensor, filled with non-constant bytes (every page touched).
+// This rank's rows of every tensor, filled with random bits (incompressible, as fio's data).
 std::vector<std::vector<float>> make_state(uint64_t rows, uint32_t rank, uint32_t world);
 // Adds this rank's chunks of `state` (and on rank 0 the global state) to `w`.
 Status add_state(checkpoint::ShardWriter& w, uint64_t step, uint64_t rows, uint32_t rank,

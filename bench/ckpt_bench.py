@@ -11,7 +11,10 @@ Rounds are interleaved - fio, shardguard, peers, fio, shardguard, peers, ... - b
 kind of machine (a VM on a shared virtual disk, other work on its cores) changes speed from
 minute to minute: every figure is the median of the rounds, printed with its min, and each
 ratio is taken within a round (shardguard against the fio of the same round), then the
-median over rounds. The load average is printed per round.
+median over rounds. The load average is printed per round. Within a round the rank counts
+take turns at going first. Every state holds random bits, as fio's buffers do: this VM's disk
+writes compressible data faster (fio with --zero_buffers ran 1.3x), so a regular pattern
+would flatter shardguard against fio.
 
 What one round measures (BYTES of state: 16 float32 tensors of [rows, 4096], split by rows
 across ranks, each rank a process):
@@ -208,7 +211,10 @@ def resume_run(args, ckpt_dir, run_dir, world):
 
 def shardguard_round(args, base, nbytes, worlds, rnd):
     res = {}
-    for world in worlds:
+    # The order of the rank counts turns with each round, so that none always writes first
+    # after fio (this VM's disk varies from one write to the next).
+    turn = (rnd - 1) % len(worlds)
+    for world in worlds[turn:] + worlds[:turn]:
         d = os.path.join(base, f"sg-w{world}")
         os.makedirs(d)
         step = 1
@@ -285,6 +291,8 @@ def peers_round(base, nbytes, rnd):
         shutil.rmtree(d, ignore_errors=True)
         if done.returncode != 0:
             print(f"  [{rnd}] {name}: failed ({done.stderr.strip().splitlines()[-1:]})")
+            if strict:
+                sys.exit(f"{name} failed (--strict)")
             continue
         o = json.loads(done.stdout.strip().splitlines()[-1])
         if not o["verified"]:
@@ -431,6 +439,8 @@ def main():
     ap.add_argument("--stall-gap", default="20s", help="'training' between client start and the first save")
     ap.add_argument("--calibration", default=None, help="where to write the calibration JSON")
     ap.add_argument("--no-peers", action="store_true", help="skip torch.save and DCP")
+    ap.add_argument("--strict", action="store_true",
+                    help="a peer that fails fails the bench (the CTest smoke run)")
     args = ap.parse_args()
     args.stall_gap = parse_seconds(args.stall_gap)
     args.bin, args.shardguard = os.path.abspath(args.bin), os.path.abspath(args.shardguard)

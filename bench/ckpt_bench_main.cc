@@ -1,33 +1,29 @@
 // sg_bench_ckpt: the per-process worker of bench/ckpt_bench.py. Each rank is its own
 // process, as in training. Prints one JSON line per command for the driver.
 //
-//   sg_bench_ckpt save   DIR STEP RANK WORLD TOTAL_BYTES   durable save of this rank's share;
-//                                                           rank 0 then commits the manifest, as
-//                                                           in a job (waiting for every sidecar)
-//   sg_bench_ckpt commit DIR STEP WORLD                     write the manifest
-//   sg_bench_ckpt drop   DIR STEP                           evict the step's files from the page
-//   cache sg_bench_ckpt load   DIR STEP RANK WORLD                read this rank's share (any
-//   WORLD) sg_bench_ckpt warm   DIR STEP [REPEAT]                  warm whole loads by fresh
-//   readers (every
-//                                                           block checked) vs one thread's memcpy,
-//                                                           XXH3-64 and memcpy+XXH3 of the same
-//                                                           bytes
-//   sg_bench_ckpt stall  TOTAL_BYTES GAP_MS MODE DIR        first and steady async-save stalls of a
-//                                                           hooks::Client whose staging is sized by
-//                                                           MODE: none | hint (reserve() at start)
-//                                                           | manifest (a resume manifest); GAP_MS
-//                                                           of "training" between client start and
-//                                                           the first save
-//                                                           (bench/ckpt_bench_stall.cc)
-//   sg_bench_ckpt resume [STEP_BYTES]                       a rank under `shardguard run`: resume
-//                                                           this rank's share of the checkpoint
-//                                                           given (SHARDGUARD_RESUME_MANIFEST),
-//                                                           take one step (update STEP_BYTES of
-//                                                           state, 64 MiB by default), print
-//                                                           timestamps
+//   save   DIR STEP RANK WORLD TOTAL_BYTES   durable save of this rank's share; rank 0 then
+//                                            commits the manifest, as in a job (waiting for
+//                                            every sidecar)
+//   commit DIR STEP WORLD                    write the manifest
+//   drop   DIR STEP                          evict the step's files from the page cache
+//   load   DIR STEP RANK WORLD               read this rank's share (any WORLD)
+//   warm   DIR STEP [REPEAT]                 warm whole loads by fresh readers (every block
+//                                            checked) vs one thread's memcpy, XXH3-64 and
+//                                            memcpy+XXH3 of the same bytes
+//   stall  TOTAL_BYTES GAP_MS MODE DIR       first and steady async-save stalls of a
+//                                            hooks::Client whose staging is sized by MODE:
+//                                            none | hint (reserve() at start) | manifest (a
+//                                            resume manifest); GAP_MS of "training" between
+//                                            client start and the first save
+//                                            (bench/ckpt_bench_stall.cc)
+//   resume [STEP_BYTES]                      a rank under `shardguard run`: resume this rank's
+//                                            share of the checkpoint given
+//                                            (SHARDGUARD_RESUME_MANIFEST), take one step (update
+//                                            STEP_BYTES of state, 64 MiB by default), print
+//                                            timestamps
 //
 // The state is 16 F32 tensors of [rows, 4096] (think weights and two Adam moments of a few
-// layers), each split by rows across ranks.
+// layers), each split by rows across ranks, filled with random bits.
 //
 // `load`, `warm` and `resume` take ReaderOptions from the environment: SG_BENCH_READ_THREADS
 // (io_threads), SG_BENCH_READ_DIRECT (0/1), SG_BENCH_READ_REQUEST_KIB, SG_BENCH_MIN_PREAD_KIB;
@@ -37,18 +33,10 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
 #include <xxhash.h>
 
-#include <fcntl.h>
-#include <sys/resource.h>
-#include <unistd.h>
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
-
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -104,12 +92,29 @@ Box rank_box(uint64_t rows, uint32_t rank, uint32_t world) {
   return Box{{r0, 0}, {r1 - r0, kCols}};
 }
 
+namespace {
+// SplitMix64's finaliser: a counter-based generator, so a rank's share does not depend on how
+// the rows were split.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
 std::vector<std::vector<float>> make_state(uint64_t rows, uint32_t rank, uint32_t world) {
+  // Random bits, as fio writes: this VM's disk writes compressible data faster (fio with
+  // --zero_buffers: 1.3x), so a repetitive state would flatter every ratio to fio.
   Box box = rank_box(rows, rank, world);
   std::vector<std::vector<float>> state(kTensors);
   for (uint64_t t = 0; t < kTensors; ++t) {
-    state[t].resize(box.volume());
-    for (size_t i = 0; i < state[t].size(); ++i) state[t][i] = float(t * 7 + i % 1013);
+    state[t].resize(box.volume());  // kCols is even: whole 64-bit words per row
+    const uint64_t first = box.offsets[0] * kCols / 2;
+    auto* words = reinterpret_cast<std::byte*>(state[t].data());
+    for (size_t i = 0; i < state[t].size() / 2; ++i) {
+      const uint64_t w = mix64((t << 56) + first + i);
+      std::memcpy(words + i * 8, &w, 8);
+    }
   }
   return state;
 }

@@ -35,9 +35,20 @@ def rows_for(nbytes):
 
 
 def make_state(torch, rows, rank, world):
+    """Random bits, as fio and sg_bench_ckpt write (this VM's disk writes compressible data
+    faster, so a regular state would flatter whoever writes it)."""
     r0, r1 = rank * rows // world, (rank + 1) * rows // world
-    return {f"layer{t}": torch.arange((r1 - r0) * COLS, dtype=torch.float32).reshape(r1 - r0, COLS) + t
-            for t in range(TENSORS)}
+    state = {}
+    for t in range(TENSORS):
+        g = torch.Generator().manual_seed(t * 1000003 + rank)
+        bits = torch.randint(-2**31, 2**31 - 1, ((r1 - r0) * COLS,), dtype=torch.int32, generator=g)
+        state[f"layer{t}"] = bits.view(torch.float32).reshape(r1 - r0, COLS)
+    return state
+
+
+def same_bits(torch, a, b):
+    """Bit-for-bit (random bits hold NaNs, which compare unequal as floats)."""
+    return torch.equal(a.view(torch.int32), b.view(torch.int32))
 
 
 def sharded(local, rows, rank, world):
@@ -74,7 +85,7 @@ def torch_save(directory, nbytes):
     t0 = time.monotonic_ns()
     loaded = torch.load(path)
     load_s = (time.monotonic_ns() - t0) / 1e9
-    ok = all(torch.equal(loaded[k], v) for k, v in state.items())
+    ok = all(same_bits(torch, loaded[k], v) for k, v in state.items())
     os.remove(path)
     return {"cmd": "torch-save", "bytes": total, "save_seconds": save_s, "load_cold_seconds": load_s,
             "verified": ok}
@@ -106,7 +117,7 @@ def _dcp_rank(rank, world, directory, nbytes, out_path):
     dcp.load_state_dict(target, dcp.FileSystemReader(ckpt))
     dist.barrier()
     t3 = time.monotonic_ns()
-    ok = all(torch.equal(back[k], v) for k, v in local.items())
+    ok = all(same_bits(torch, back[k], v) for k, v in local.items())
     with open(out_path, "w") as f:
         json.dump({"rank": rank, "bytes": sum(v.numel() * 4 for v in local.values()),
                    "save": [t0, t1], "load": [t2, t3], "verified": ok}, f)
