@@ -24,6 +24,7 @@
 #include "agent/slurm_policy.h"
 #include "agent/slurm_scontrol.h"
 #include "supervisor/job_config_toml.h"
+#include "supervisor/machine_config.h"
 #include "supervisor/rank_env.h"
 #include "supervisor/supervisor.h"
 
@@ -142,19 +143,22 @@ int run(const RunArgs& a) {
     std::fprintf(stderr, "shardguard run: %s\n", placement.error().message().c_str());
     return kExitUsage;
   }
-  if (a.check_config) {
-    std::printf("config OK: job '%s', %u rank(s) of '%s', checkpoints in '%s', run dir '%s'\n",
-                cfg->job_id.empty() ? "(the checkpoint directory's)" : cfg->job_id.c_str(),
-                cfg->nproc, cfg->command[0].c_str(), cfg->checkpoint_dir.c_str(),
-                cfg->run_dir.c_str());
-    if (*placement) std::printf("%s\n", (*placement)->describe().c_str());
-    return kExitOk;
-  }
   // Under Slurm with SBATCH_SIGNAL, the signal's lead is a window the emergency save must fit
   // (a malformed variable is reported when the Slurm integration attaches).
   if (auto slurm = agent::read_slurm_job_env(agent::environment_snapshot());
       slurm.ok() && *slurm && (*slurm)->signal)
     cfg->slurm_signal_lead = (*slurm)->signal->lead;
+  if (a.check_config) {
+    std::printf("config OK: job '%s', %u rank(s) of '%s', checkpoints in '%s', run dir '%s'\n",
+                cfg->job_id.empty() ? "(the checkpoint directory's)" : cfg->job_id.c_str(),
+                cfg->nproc, cfg->command[0].c_str(), cfg->checkpoint_dir.c_str(),
+                cfg->run_dir.c_str());
+    const auto window = policies::shortest_save_window(supervisor::machine_config(*cfg).save_window);
+    std::printf("emergency save window: %s (%s); a save should take under half of it\n",
+                format_duration(window.window).c_str(), window.source.c_str());
+    if (*placement) std::printf("%s\n", (*placement)->describe().c_str());
+    return kExitOk;
+  }
   if (auto st = io::become_child_subreaper(); !st.ok())
     spdlog::warn("cannot become a subreaper ({}); orphaned grandchildren may escape teardown",
                  st.error().message());

@@ -212,6 +212,11 @@ TEST_CASE("A config error names the file, line and key; --check-config validates
   auto good = run_command(shardguard_bin() + " run --check-config --config " + d.config() + " -- true");
   CHECK(good.exit_code == 0);
   CHECK_THAT(good.out, Catch::Contains("config OK"));
+  CHECK_THAT(good.out, Catch::Contains("emergency save window: 30.00s ([stop] grace)"));
+  auto slurm = run_command("env SLURM_JOB_ID=4711 SLURM_NNODES=1 SLURM_NODEID=0 "
+                           "SBATCH_SIGNAL=USR1@12 " + shardguard_bin() +
+                           " run --check-config --config " + d.config() + " -- true");
+  CHECK_THAT(slurm.out, Catch::Contains("emergency save window: 12.00s (Slurm --signal lead)"));
 }
 
 TEST_CASE("A fatal XID in the kernel log stops the job with a checkpoint and exit 75",
