@@ -378,6 +378,14 @@ void DirectoryKeeper::on_save_failed(uint64_t step, bool no_space) {
   m.apply_then(std::move(removals), [step](Impl& p) { p.room_for_next(step); });
 }
 
+void DirectoryKeeper::on_attempt_ended(const EventFields& attempt_end_record) {
+  checkpoint::AttemptEnd end;
+  end.resume_step = field_value<uint64_t>(attempt_end_record, "resume_step");
+  end.committed_step = field_value<uint64_t>(attempt_end_record, "committed_step");
+  end.ended_by_notice = field_value<bool>(attempt_end_record, "by_notice").value_or(false);
+  on_attempt_ended(end);
+}
+
 void DirectoryKeeper::on_attempt_ended(const checkpoint::AttemptEnd& end) {
   Impl& m = *impl_;
   if (m.tracker) m.apply(m.tracker->on_attempt_ended());

@@ -59,6 +59,8 @@ class DirectoryKeeper {
   // An attempt ended: retention's bookkeeping, and the loop breaker's count in the history
   // (stored at once, so a requeue continues it).
   void on_attempt_ended(const checkpoint::AttemptEnd& end);
+  // The same, from the decision core's "attempt_end" record.
+  void on_attempt_ended(const EventFields& attempt_end_record);
   // The loop breaker skipped `step` once for the checkpoint before it (stored at once).
   void on_fallback_tried(uint64_t step);
   // The steps open() quarantined for `run --resume-from` (newest first).

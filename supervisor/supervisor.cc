@@ -24,19 +24,6 @@
 #include "supervisor/resume_plan.h"
 
 namespace shardguard::supervisor {
-namespace {
-
-// The machine's "attempt_end" record, as the loop breaker's history counts it.
-checkpoint::AttemptEnd attempt_end_of(const EventFields& fields) {
-  checkpoint::AttemptEnd end;
-  end.resume_step = field_value<uint64_t>(fields, "resume_step");
-  end.committed_step = field_value<uint64_t>(fields, "committed_step");
-  end.ended_by_notice = field_value<bool>(fields, "by_notice").value_or(false);
-  return end;
-}
-
-}  // namespace
-
 struct Supervisor::Impl {
   io::Deps d;
   JobConfig cfg;
@@ -229,7 +216,7 @@ struct Supervisor::Impl {
               [&](const command::CancelTimer& x) { timers[static_cast<size_t>(x.id)]->cancel(); },
               [&](const command::Record& r) {
                 record(r.type, r.fields);
-                if (r.type == "attempt_end") keeper->on_attempt_ended(attempt_end_of(r.fields));
+                if (r.type == "attempt_end") keeper->on_attempt_ended(r.fields);
                 if (r.type == "save_window")
                   spdlog::warn("{}", field_value<std::string>(r.fields, "warning").value_or(""));
                 if (r.type == "fallback_checkpoint")
