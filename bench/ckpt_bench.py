@@ -279,7 +279,7 @@ def stall_round(args, base, nbytes, rnd):
     return res
 
 
-def peers_round(base, nbytes, rnd):
+def peers_round(base, nbytes, rnd, strict=False):
     res = {}
     py = "/usr/bin/python3"
     script = os.path.join(HERE, "torch_peers.py")
@@ -464,7 +464,7 @@ def main():
             r["warm"] = warm_round(args, base, nbytes, rnd)
             r["stall"] = stall_round(args, base, nbytes, rnd)
             if not args.no_peers:
-                r["peers"] = peers_round(base, nbytes, rnd)
+                r["peers"] = peers_round(base, nbytes, rnd, args.strict)
             r["load_end"] = loadavg()
             print(f"  [{rnd}] load average {r['load_start']} -> {r['load_end']}", flush=True)
             rounds.append(r)
