@@ -2,7 +2,7 @@
 
 #include <boost/json.hpp>
 
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 
 namespace shardguard::agent {
 

@@ -3,7 +3,7 @@
 #include <boost/json.hpp>
 #include <cctype>
 
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 
 namespace shardguard::agent {
 

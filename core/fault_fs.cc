@@ -196,6 +196,18 @@ Status FaultInjectingFilesystem::rename(const std::string& from, const std::stri
   return {};
 }
 
+Status FaultInjectingFilesystem::rename_noreplace(const std::string& from, const std::string& to) {
+  SG_RETURN_IF_ERROR(maybe_fail("rename '" + from + "' -> '" + to + "'"));
+  SG_RETURN_IF_ERROR(base_.rename_noreplace(from, to));
+  std::lock_guard lock(mu_);
+  if (auto it = files_.find(from); it != files_.end()) {
+    files_[to] = it->second;
+    files_.erase(from);
+  }
+  pending_.push_back({PendingDirOp::kRename, from, to});
+  return {};
+}
+
 Status FaultInjectingFilesystem::sync_dir(const std::string& dir) {
   SG_RETURN_IF_ERROR(maybe_fail("fsync directory '" + dir + "'"));
   SG_RETURN_IF_ERROR(base_.sync_dir(dir));

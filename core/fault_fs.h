@@ -52,6 +52,7 @@ class FaultInjectingFilesystem final : public Filesystem {
                                                           ReadOptions options) override;
   Result<std::string> read_file(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;
+  Status rename_noreplace(const std::string& from, const std::string& to) override;
   Status sync_dir(const std::string& dir) override;
   Result<std::vector<DirEntry>> list(const std::string& dir) override { return base_.list(dir); }
   Status remove(const std::string& path) override;

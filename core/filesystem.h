@@ -29,11 +29,14 @@ class WritableFile {
   virtual ~WritableFile() = default;
   // Appends at the current end.
   virtual Status append(std::span<const std::byte> data) = 0;
-  // Writes at an absolute offset; does not move the append position.
+  // Writes at an absolute offset; does not move the append position. On a file opened with
+  // direct, a range whose offset, size or buffer is not 4 KiB aligned (a file's last part)
+  // is written through the page cache instead: the file drops O_DIRECT from then on, so
+  // write it after the aligned ones. Files are never padded and truncated back.
   virtual Status write_at(uint64_t offset, std::span<const std::byte> data) = 0;
   // Reserves space so that later writes cannot fail for lack of it (fallocate).
   virtual Status preallocate(uint64_t size) = 0;
-  // Sets the size (used after O_DIRECT writes padded to alignment).
+  // Sets the size.
   virtual Status truncate(uint64_t size) = 0;
   // Makes all written data durable (fdatasync).
   virtual Status sync() = 0;
@@ -156,6 +159,10 @@ class Filesystem {
   virtual Result<std::string> read_file(const std::string& path) = 0;
   // Atomically replaces `to` with `from` (rename(2)); not durable until sync_dir().
   virtual Status rename(const std::string& from, const std::string& to) = 0;
+  // Moves `from` to `to` only if `to` does not exist (renameat2 RENAME_NOREPLACE, or link(2)
+  // and unlink where the filesystem lacks it): kExists when it does, and `from` stays. Not
+  // durable until sync_dir(). The default says kUnsupported.
+  virtual Status rename_noreplace(const std::string& from, const std::string& to);
   // Makes the directory's entries (creations, renames, removals) durable.
   virtual Status sync_dir(const std::string& dir) = 0;
   virtual Result<std::vector<DirEntry>> list(const std::string& dir) = 0;
@@ -183,6 +190,7 @@ class PosixFilesystem final : public Filesystem {
                                                           ReadOptions options) override;
   Result<std::string> read_file(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;
+  Status rename_noreplace(const std::string& from, const std::string& to) override;
   Status sync_dir(const std::string& dir) override;
   Result<std::vector<DirEntry>> list(const std::string& dir) override;
   Status remove(const std::string& path) override;
@@ -211,6 +219,10 @@ Result<uint64_t> tree_bytes(Filesystem& fs, const std::string& path);
 // directory. The temp file is removed on any failure.
 Status atomic_write_file(Filesystem& fs, const std::string& path, std::string_view data);
 
+// The same, but only if `path` does not exist yet: kExists when it does (another writer was
+// first), and nothing is changed. The commit point of a checkpoint (its manifest) is made so.
+Status atomic_create_file(Filesystem& fs, const std::string& path, std::string_view data);
+
 // Modes of what PosixFilesystem creates (the umask may narrow them, never widen them: a
 // umask of 000 still gives 0750/0640). RootedFilesystem (core/rooted_fs.h) sets its own
 // modes exactly, whatever the umask.
@@ -228,6 +240,10 @@ Result<std::unique_ptr<MappedFile>> map_fd(int fd, std::string path);
 Result<std::unique_ptr<RandomAccessFile>> adopt_readable(int fd, bool direct, std::string path);
 // Reads the rest of the file open at `fd` into memory.
 Result<std::string> read_fd(int fd, const std::string& path);
+// renameat2(RENAME_NOREPLACE), or linkat + unlinkat where the filesystem lacks it; `what`
+// starts the message of an error (EEXIST: kExists).
+Status rename_noreplace_at(int from_dir, const char* from, int to_dir, const char* to,
+                           const std::string& what);
 }  // namespace posix
 
 }  // namespace shardguard

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdio>  // renameat2, RENAME_NOREPLACE
 #include <cstring>
 #include <filesystem>
 #include <system_error>
@@ -35,6 +36,7 @@ class PosixWritableFile final : public WritableFile {
   }
 
   Status write_at(uint64_t offset, std::span<const std::byte> data) override {
+    SG_RETURN_IF_ERROR(drop_direct_if_unaligned(offset, data));
     const std::byte* p = data.data();
     size_t left = data.size();
     while (left > 0) {
@@ -81,6 +83,22 @@ class PosixWritableFile final : public WritableFile {
   const std::string& path() const override { return path_; }
 
  private:
+  // O_DIRECT takes only aligned offsets, sizes and buffers. The unaligned tail of a file goes
+  // through the page cache: clearing O_DIRECT (fcntl) instead of padding the write and
+  // truncating the file back, which some filesystems (s3fs before the first fsync) ignore.
+  Status drop_direct_if_unaligned(uint64_t offset, std::span<const std::byte> data) {
+    constexpr uint64_t kAlign = 4096;
+    if (offset % kAlign == 0 && data.size() % kAlign == 0 &&
+        reinterpret_cast<uintptr_t>(data.data()) % kAlign == 0)
+      return {};
+    const int flags = ::fcntl(fd_, F_GETFL);
+    if (flags < 0) return Error::from_errno("fcntl " + q(path_), errno);
+    if ((flags & O_DIRECT) == 0) return {};
+    if (::fcntl(fd_, F_SETFL, flags & ~O_DIRECT) != 0)
+      return Error::from_errno("fcntl " + q(path_), errno);
+    return {};
+  }
+
   int fd_;
   std::string path_;
   uint64_t offset_ = 0;
@@ -226,6 +244,23 @@ Result<std::unique_ptr<DirectIoBuffer>> DirectIoBuffer::allocate(size_t size) {
 
 DirectIoBuffer::~DirectIoBuffer() { ::munmap(mapping_, mapped_); }
 
+Status Filesystem::rename_noreplace(const std::string& from, const std::string& to) {
+  return Error(ErrorCode::kUnsupported,
+               "rename " + q(from) + " -> " + q(to) + " without replacing: not supported here");
+}
+
+namespace posix {
+Status rename_noreplace_at(int from_dir, const char* from, int to_dir, const char* to,
+                           const std::string& what) {
+  if (::renameat2(from_dir, from, to_dir, to, RENAME_NOREPLACE) == 0) return {};
+  if (errno != EINVAL && errno != ENOSYS) return Error::from_errno(what, errno);
+  // No RENAME_NOREPLACE on this filesystem (NFS, some FUSE): link(2) never replaces either.
+  if (::linkat(from_dir, from, to_dir, to, 0) != 0) return Error::from_errno(what, errno);
+  if (::unlinkat(from_dir, from, 0) != 0) return Error::from_errno(what, errno);
+  return {};
+}
+}  // namespace posix
+
 Result<PathKind> Filesystem::path_kind(const std::string& path) {
   return Error(ErrorCode::kUnsupported, "lstat " + q(path) + ": not supported by this filesystem");
 }
@@ -342,6 +377,11 @@ Result<std::string> PosixFilesystem::read_file(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Error::from_errno("open " + q(path), errno);
   return posix::read_fd(fd, path);
+}
+
+Status PosixFilesystem::rename_noreplace(const std::string& from, const std::string& to) {
+  return posix::rename_noreplace_at(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(),
+                                    "rename " + q(from) + " -> " + q(to));
 }
 
 Status PosixFilesystem::rename(const std::string& from, const std::string& to) {
@@ -469,7 +509,10 @@ Result<uint64_t> tree_bytes(Filesystem& fs, const std::string& path) {
   return total;
 }
 
-Status atomic_write_file(Filesystem& fs, const std::string& path, std::string_view data) {
+namespace {
+
+Status write_via_temp(Filesystem& fs, const std::string& path, std::string_view data,
+                      bool replace) {
   static std::atomic<uint64_t> counter{0};
   const std::string tmp =
       path + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
@@ -478,7 +521,7 @@ Status atomic_write_file(Filesystem& fs, const std::string& path, std::string_vi
     SG_RETURN_IF_ERROR(file->append(std::as_bytes(std::span(data.data(), data.size()))));
     SG_RETURN_IF_ERROR(file->sync());
     SG_RETURN_IF_ERROR(file->close());
-    return fs.rename(tmp, path);
+    return replace ? fs.rename(tmp, path) : fs.rename_noreplace(tmp, path);
   };
   Status st = write_all();
   if (!st.ok()) {
@@ -486,6 +529,16 @@ Status atomic_write_file(Filesystem& fs, const std::string& path, std::string_vi
     return st;
   }
   return fs.sync_dir(parent_dir(path));
+}
+
+}  // namespace
+
+Status atomic_write_file(Filesystem& fs, const std::string& path, std::string_view data) {
+  return write_via_temp(fs, path, data, /*replace=*/true);
+}
+
+Status atomic_create_file(Filesystem& fs, const std::string& path, std::string_view data) {
+  return write_via_temp(fs, path, data, /*replace=*/false);
 }
 
 }  // namespace shardguard

@@ -15,6 +15,7 @@ std::string_view error_code_name(ErrorCode code) {
     case ErrorCode::kTimeout: return "timeout";
     case ErrorCode::kCancelled: return "cancelled";
     case ErrorCode::kFenced: return "fenced";
+    case ErrorCode::kExists: return "exists";
     case ErrorCode::kUnsupported: return "unsupported";
     case ErrorCode::kInternal: return "internal";
   }
@@ -25,6 +26,7 @@ Error Error::from_errno(std::string_view what, int err) {
   ErrorCode code = ErrorCode::kIo;
   if (err == ENOSPC || err == EDQUOT) code = ErrorCode::kNoSpace;
   if (err == ENOENT) code = ErrorCode::kNotFound;
+  if (err == EEXIST) code = ErrorCode::kExists;
   std::string message(what);
   message += ": ";
   message += std::strerror(err);

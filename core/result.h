@@ -25,6 +25,7 @@ enum class ErrorCode {
   kTimeout,      // a deadline passed
   kCancelled,    // the operation was stopped on purpose
   kFenced,       // written by an older attempt than the directory's owner
+  kExists,       // a create-if-absent lost: the file or key exists (another writer was first)
   kUnsupported,  // valid but not implemented by this build (e.g. no CUDA)
   kInternal,     // a bug: an invariant did not hold
 };

@@ -260,6 +260,20 @@ Status RootedFilesystem::rename(const std::string& from, const std::string& to) 
   return {};
 }
 
+Status RootedFilesystem::rename_noreplace(const std::string& from, const std::string& to) {
+  SG_ASSIGN_OR_RETURN(auto a, resolve(from));
+  SG_ASSIGN_OR_RETURN(auto b, resolve(to));
+  if (!a && !b) return outside_ ? outside_->rename_noreplace(from, to) : outside_refused(from);
+  const std::string what = "rename " + q(from) + " -> " + q(to);
+  if (!a || !b || a->root != b->root)
+    return Error(ErrorCode::kInvalid, what + ": not within one root directory");
+  if (a->parts.empty() || b->parts.empty()) return is_root("rename", a->parts.empty() ? from : to);
+  SG_ASSIGN_OR_RETURN(Fd da, open_dir(*a, a->parts.size() - 1));
+  SG_ASSIGN_OR_RETURN(Fd db, open_dir(*b, b->parts.size() - 1));
+  return posix::rename_noreplace_at(da.get(), a->name().c_str(), db.get(), b->name().c_str(),
+                                    what);
+}
+
 Status RootedFilesystem::sync_dir(const std::string& dir) {
   SG_ASSIGN_OR_RETURN(auto res, resolve(dir));
   if (!res) return outside_ ? outside_->sync_dir(dir) : outside_refused(dir);

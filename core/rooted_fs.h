@@ -62,6 +62,7 @@ class RootedFilesystem final : public Filesystem {
                                                           ReadOptions options) override;
   Result<std::string> read_file(const std::string& path) override;
   Status rename(const std::string& from, const std::string& to) override;
+  Status rename_noreplace(const std::string& from, const std::string& to) override;
   Status sync_dir(const std::string& dir) override;
   // Entries as they are: is_dir only for a real directory, a link is is_symlink only.
   Result<std::vector<DirEntry>> list(const std::string& dir) override;

@@ -3,7 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include "agent/health/xid_table.h"
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 
 namespace shardguard::agent {
 

@@ -1,7 +1,7 @@
 // AwsSource against the metadata emulator over real loopback HTTP.
 #include <catch2/catch.hpp>
 
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 #include "tests/agent/live_fixture.h"
 
 using namespace std::chrono_literals;

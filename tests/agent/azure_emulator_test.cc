@@ -1,7 +1,7 @@
 // AzureSource against the metadata emulator: events for this VM, the ack POST, flaky answers.
 #include <catch2/catch.hpp>
 
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 #include "tests/agent/live_fixture.h"
 
 using namespace std::chrono_literals;

@@ -4,7 +4,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 #include "tests/agent/notice_collector.h"
 #include "tests/support/fake_http.h"
 

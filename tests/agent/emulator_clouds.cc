@@ -43,6 +43,37 @@ std::string gcp_default(const std::string& path, int& status) {
   return "";
 }
 
+// The instance role's routes; nullopt for other paths.
+std::optional<EmulatorAnswer> aws_role_answer(EmulatorState& s, const std::string& path) {
+  const std::string roles = kAwsRolesPath;
+  const AwsInstanceRole& role = s.scenario.aws_role;
+  if (path == roles || path == roles.substr(0, roles.size() - 1)) {  // the list
+    return role.name.empty() ? text(404, "") : text(200, role.name);
+  }
+  if (path.rfind(roles, 0) != 0) return std::nullopt;
+  if (role.name.empty() || path.substr(roles.size()) != role.name) return text(404, "");
+  const int64_t now_ms = s.now_ms();
+  const std::string now = expand_placeholders("${rfc3339:+0}", s.wall_start, now_ms);
+  json::object doc{{"Code", role.code}, {"LastUpdated", now}};
+  if (role.code == "Success") {
+    uint64_t n;
+    {
+      std::lock_guard lock(s.mu);
+      n = ++s.aws_role_fetches;
+    }
+    const std::string suffix = role.rotate ? std::to_string(n) : "";
+    doc["Type"] = "AWS-HMAC";
+    doc["AccessKeyId"] = role.access_key_id + suffix;
+    doc["SecretAccessKey"] = role.secret_access_key + suffix;
+    doc["Token"] = role.token + suffix;
+    doc["Expiration"] = expand_placeholders(
+        "${rfc3339:+" + std::to_string(role.expires_after_s) + "}", s.wall_start, now_ms);
+  } else {
+    doc["Message"] = "emulated failure of instance role " + role.name;
+  }
+  return text(200, json::serialize(doc));  // text/plain, as EC2 sends it
+}
+
 }  // namespace
 
 EmulatorAnswer answer_aws(EmulatorState& s, const WireRequest& r) {
@@ -70,6 +101,7 @@ EmulatorAnswer answer_aws(EmulatorState& s, const WireRequest& r) {
     return text(401, "");
   }
   if (auto a = timeline_answer(s, r.path, s.now_ms())) return text(a->status, a->body);
+  if (auto a = aws_role_answer(s, r.path)) return *std::move(a);
   int status = 404;
   std::string body = aws_default(r.path, status);
   return text(status, body);

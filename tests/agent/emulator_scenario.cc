@@ -70,6 +70,18 @@ Result<EmulatorScenario> parse_emulator_scenario(std::string_view text) {
   top.number("gcp_max_wait_ms", s.gcp_max_wait_ms);
   top.text("azure_vm_name", s.azure_vm_name);
   if (top.error) return *top.error;
+  if (const json::value* role = obj.if_contains("aws_role")) {
+    if (!role->is_object()) return bad("aws_role", "not an object");
+    Reader r{role->get_object(), "aws_role", {}};
+    r.text("name", s.aws_role.name);
+    r.text("access_key_id", s.aws_role.access_key_id);
+    r.text("secret_access_key", s.aws_role.secret_access_key);
+    r.text("token", s.aws_role.token);
+    r.number("expires_after_s", s.aws_role.expires_after_s);
+    r.flag("rotate", s.aws_role.rotate);
+    r.text("code", s.aws_role.code);
+    if (r.error) return *r.error;
+  }
   if (const json::array* clouds = array_at(obj, "clouds")) {
     s.aws = s.gcp = s.azure = false;
     for (const auto& c : *clouds) {

@@ -33,6 +33,7 @@ struct EmulatorState {
   std::map<std::string, std::chrono::steady_clock::time_point> aws_tokens;  // -> expiry
   uint64_t next_token = 1;
   std::set<std::string> azure_acked;
+  uint64_t aws_role_fetches = 0;  // answers of the role's credentials (for `rotate`)
 
   int64_t now_ms() const {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -

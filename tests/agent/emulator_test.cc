@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "agent/cloud_detect.h"
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 #include "io/event_loop.h"
 #include "io/http_client.h"
 #include "tests/agent/metadata_emulator.h"
@@ -55,6 +55,92 @@ TEST_CASE("emulator: AWS IMDSv2 token rules", "[integration]") {
   auto scheduled =
       fetch("GET", emu->base_url() + kAwsScheduledPath, {{"X-aws-ec2-metadata-token", token.body}});
   CHECK(scheduled.body == "[]");
+}
+
+// The value of a string member in the emulator's compact JSON ("Key":"value").
+std::string json_field(const std::string& body, const std::string& key) {
+  const std::string open = "\"" + key + "\":\"";
+  const size_t at = body.find(open);
+  if (at == std::string::npos) return "";
+  const size_t from = at + open.size();
+  return body.substr(from, body.find('"', from) - from);
+}
+
+TEST_CASE("emulator: AWS instance-role credentials, token required, rotating", "[integration]") {
+  EmulatorScenario s;
+  s.aws_role.name = "sg-role";
+  s.aws_role.access_key_id = "ASIAROLE";
+  s.aws_role.secret_access_key = "role/secret";
+  s.aws_role.token = "role-token";
+  s.aws_role.expires_after_s = 3600;
+  s.aws_role.rotate = true;
+  auto emu = start(std::move(s));
+  const std::string list = emu->base_url() + kAwsRolesPath;
+  CHECK(fetch("GET", list).status == 401);
+  CHECK(fetch("GET", list + "sg-role").status == 401);
+  CHECK(fetch("GET", list, {{"X-aws-ec2-metadata-token", "forged"}}).status == 401);
+  auto token = fetch("PUT", emu->base_url() + "/latest/api/token",
+                     {{"X-aws-ec2-metadata-token-ttl-seconds", "60"}});
+  REQUIRE(token.status == 200);
+  const io::HttpHeaders auth{{"X-aws-ec2-metadata-token", token.body}};
+  auto role = fetch("GET", list, auth);
+  CHECK(role.status == 200);
+  CHECK(role.body == "sg-role");
+  CHECK(fetch("GET", list.substr(0, list.size() - 1), auth).body == "sg-role");  // no '/'
+  CHECK(fetch("GET", list + "other-role", auth).status == 404);
+
+  const WallTime asked = std::chrono::system_clock::now();
+  auto first = fetch("GET", list + "sg-role", auth);
+  REQUIRE(first.status == 200);
+  CHECK(json_field(first.body, "Code") == "Success");
+  CHECK(json_field(first.body, "Type") == "AWS-HMAC");
+  CHECK(json_field(first.body, "AccessKeyId") == "ASIAROLE1");
+  CHECK(json_field(first.body, "SecretAccessKey") == "role/secret1");
+  CHECK(json_field(first.body, "Token") == "role-token1");
+  auto expiration = parse_rfc3339(json_field(first.body, "Expiration"));
+  REQUIRE(expiration.ok());
+  CHECK(*expiration - asked > 3600s - 3s);
+  CHECK(*expiration - asked < 3600s + 2s);
+  REQUIRE(parse_rfc3339(json_field(first.body, "LastUpdated")).ok());
+  auto second = fetch("GET", list + "sg-role", auth);
+  CHECK(json_field(second.body, "AccessKeyId") == "ASIAROLE2");
+  CHECK(json_field(second.body, "SecretAccessKey") == "role/secret2");
+  CHECK(emu->count("GET", std::string(kAwsRolesPath) + "sg-role") == 3);  // a 401, two fetches
+}
+
+TEST_CASE("emulator: AWS instance role absent by default, fixed keys, an error Code",
+          "[integration]") {
+  const std::string kind = GENERATE(as<std::string>{}, "none", "fixed", "error");
+  EmulatorScenario s;
+  if (kind != "none") s.aws_role.name = "r";
+  if (kind == "error") s.aws_role.code = "AssumeRoleUnauthorizedAccess";
+  auto emu = start(std::move(s));
+  auto token = fetch("PUT", emu->base_url() + "/latest/api/token",
+                     {{"X-aws-ec2-metadata-token-ttl-seconds", "60"}});
+  const io::HttpHeaders auth{{"X-aws-ec2-metadata-token", token.body}};
+  const std::string list = emu->base_url() + kAwsRolesPath;
+  auto doc = fetch("GET", list + "r", auth);
+  if (kind == "none") {
+    CHECK(fetch("GET", list, auth).status == 404);
+    CHECK(doc.status == 404);
+  } else if (kind == "fixed") {
+    CHECK(json_field(doc.body, "AccessKeyId") == AwsInstanceRole{}.access_key_id);
+    CHECK(json_field(fetch("GET", list + "r", auth).body, "AccessKeyId") ==
+          AwsInstanceRole{}.access_key_id);  // no rotation: the same keys again
+  } else {
+    CHECK(doc.status == 200);
+    CHECK(json_field(doc.body, "Code") == "AssumeRoleUnauthorizedAccess");
+    CHECK_THAT(doc.body, !Catch::Contains("AccessKeyId"));
+  }
+}
+
+TEST_CASE("emulator: AWS GET without a token when IMDSv2 is optional still serves the role",
+          "[integration]") {
+  EmulatorScenario s;
+  s.imdsv2_required = false;
+  s.aws_role.name = "r";
+  auto emu = start(std::move(s));
+  CHECK(fetch("GET", emu->base_url() + kAwsRolesPath).body == "r");
 }
 
 TEST_CASE("emulator: GCP header, ETag and a stale last_etag", "[integration]") {
@@ -118,6 +204,21 @@ TEST_CASE("emulator: scenario files", "[integration]") {
   CHECK(s->timelines[kAwsSpotPath].at(0).body == R"({"action":"stop","time":"x"})");
   CHECK(s->faults.at(0).count == 3);
   CHECK_FALSE(parse_emulator_scenario(R"({"faults": [{"status": "x"}]})").ok());
+  auto role = parse_emulator_scenario(R"({"aws_role": {"name": "r", "access_key_id": "ASIA",
+    "secret_access_key": "s", "token": "t", "expires_after_s": 900, "rotate": true,
+    "code": "Success"}})");
+  REQUIRE(role.ok());
+  CHECK(role->aws_role.name == "r");
+  CHECK(role->aws_role.access_key_id == "ASIA");
+  CHECK(role->aws_role.secret_access_key == "s");
+  CHECK(role->aws_role.token == "t");
+  CHECK(role->aws_role.expires_after_s == 900);
+  CHECK(role->aws_role.rotate);
+  CHECK(parse_emulator_scenario("{}")->aws_role.name.empty());
+  auto bad_role = parse_emulator_scenario(R"({"aws_role": {"rotate": "yes"}})");
+  REQUIRE_FALSE(bad_role.ok());
+  CHECK(bad_role.error().message() == "scenario aws_role.rotate: not a boolean");
+  CHECK_FALSE(parse_emulator_scenario(R"({"aws_role": "r"})").ok());
   CHECK_FALSE(parse_emulator_scenario(R"({"clouds": ["ibm"]})").ok());
   CHECK_FALSE(parse_emulator_scenario("[").ok());
 }
@@ -160,6 +261,59 @@ TEST_CASE("emulator: the standalone program serves a scenario and records reques
   const std::string record = slurp(dir / "requests.jsonl");
   CHECK_THAT(record, Catch::Contains(R"("target":"/computeMetadata/v1/instance/preempted")"));
   CHECK_THAT(record, Catch::Contains(R"("Metadata-Flavor":"Google")"));
+}
+
+TEST_CASE("emulator: the standalone program's --help, and --aws-role", "[integration]") {
+  const std::string bin = SG_METADATA_EMULATOR_BIN;
+  for (const char* flag : {"--help", "-h", "--port 0 --help"}) {
+    FILE* out = ::popen((bin + " " + flag + " 2>/dev/null").c_str(), "r");
+    REQUIRE(out != nullptr);
+    std::string text;
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, out) != nullptr) text += buf;
+    const int status = ::pclose(out);
+    CHECK(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
+    CHECK_THAT(text, Catch::StartsWith("usage: sg_metadata_emulator"));
+    CHECK_THAT(text, Catch::Contains("--aws-role NAME"));
+  }
+  FILE* bad = ::popen((bin + " --bogus 2>&1").c_str(), "r");
+  REQUIRE(bad != nullptr);
+  char line[256] = "";
+  REQUIRE(std::fgets(line, sizeof line, bad) != nullptr);
+  CHECK_THAT(std::string(line), Catch::Contains("unknown argument --bogus"));
+  while (std::fgets(line, sizeof line, bad) != nullptr) {
+  }
+  const int status = ::pclose(bad);
+  CHECK(WEXITSTATUS(status) == 2);
+
+  int out[2];
+  REQUIRE(::pipe(out) == 0);
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::close(out[0]);
+    ::execl(bin.c_str(), bin.c_str(), "--aws-role", "demo-role", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  FILE* child_out = ::fdopen(out[0], "r");
+  REQUIRE(std::fgets(line, sizeof line, child_out) != nullptr);
+  std::string url = line;
+  REQUIRE(url.rfind("listening on ", 0) == 0);
+  url = url.substr(13, url.find('\n') - 13);
+  auto token =
+      fetch("PUT", url + "/latest/api/token", {{"X-aws-ec2-metadata-token-ttl-seconds", "60"}});
+  const io::HttpHeaders auth{{"X-aws-ec2-metadata-token", token.body}};
+  CHECK(fetch("GET", url + kAwsRolesPath, auth).body == "demo-role");
+  CHECK(json_field(fetch("GET", url + kAwsRolesPath + "demo-role", auth).body, "Code") ==
+        "Success");
+  ::kill(pid, SIGTERM);
+  int child_status = 0;
+  REQUIRE(::waitpid(pid, &child_status, 0) == pid);
+  std::fclose(child_out);
+  CHECK(WEXITSTATUS(child_status) == 0);
 }
 
 TEST_CASE("cloud detect live: each cloud alone, and nothing listening", "[integration]") {

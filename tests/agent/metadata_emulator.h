@@ -9,6 +9,12 @@
 // ${rfc3339:+N} (AWS spot), ${rfc1123:+N} (Azure NotBefore), ${awstime:+N} (AWS scheduled
 // events), ${unix_ms:+N}; N may be negative.
 //
+// AWS also serves an EC2 instance role (EmulatorScenario::aws_role) as IMDSv2 does, token
+// required: GET kAwsRolesPath lists the role's name, GET kAwsRolesPath + NAME answers its
+// credentials {"Code": "Success", "LastUpdated", "Type": "AWS-HMAC", "AccessKeyId",
+// "SecretAccessKey", "Token", "Expiration"}, Expiration a set time after each answer, and
+// with `rotate` new keys on every fetch. Without a role both answer 404, as before.
+//
 // Thread-safety: all public methods may be called from any thread.
 #pragma once
 
@@ -33,6 +39,7 @@ inline constexpr char kAwsScheduledPath[] = "/latest/meta-data/events/maintenanc
 inline constexpr char kGcpPreemptedPath[] = "/computeMetadata/v1/instance/preempted";
 inline constexpr char kGcpMaintenancePath[] = "/computeMetadata/v1/instance/maintenance-event";
 inline constexpr char kAzureEventsPath[] = "/metadata/scheduledevents";
+inline constexpr char kAwsRolesPath[] = "/latest/meta-data/iam/security-credentials/";
 
 // From `at_ms` on (until a later entry), a GET of the path answers `status` + `body`.
 struct TimedAnswer {
@@ -65,6 +72,17 @@ struct AzureEventScript {
   std::string event_json;
 };
 
+// The EC2 instance role: its name at kAwsRolesPath, its credentials at kAwsRolesPath + name.
+struct AwsInstanceRole {
+  std::string name;  // empty: no role attached (both paths answer 404)
+  std::string access_key_id = "ASIAEMULATOREXAMPLE";
+  std::string secret_access_key = "emulated/secret+access/key";
+  std::string token = "emulated-session-token";
+  int64_t expires_after_s = 21600;  // each answer's Expiration: its own time plus this
+  bool rotate = false;              // each fetch N (1, 2, ...) appends N to the three values above
+  std::string code = "Success";     // anything else: an error document with this Code, no keys
+};
+
 struct EmulatorScenario {
   bool aws = true, gcp = true, azure = true;  // a disabled cloud answers 404
   bool imdsv2_required = true;                // GETs without a valid token get 401
@@ -74,6 +92,7 @@ struct EmulatorScenario {
   std::map<std::string, std::vector<TimedAnswer>> timelines;  // path -> answers
   std::vector<EmulatorFault> faults;                          // the first matching fault wins
   int64_t gcp_max_wait_ms = 300'000;                          // a hanging GET without timeout_sec
+  AwsInstanceRole aws_role;                                   // no name: no role (404)
 };
 
 // Parses a scenario file; errors (kInvalid) name the field. Format, all keys optional:
@@ -81,7 +100,9 @@ struct EmulatorScenario {
 //  "azure_vm_name": "vm", "timelines": {"<path>": [{"at_ms":0,"status":200,"body":"..."|
 //  "json":{...}}]}, "azure_events": [{"at_ms":0,"until_ms":-1,"event":{...}}],
 //  "faults": [{"method":"GET","path":"/latest","from_ms":0,"until_ms":-1,"count":-1,
-//              "status":503,"body":"","delay_ms":0,"hang":false,"close":false}]}
+//              "status":503,"body":"","delay_ms":0,"hang":false,"close":false}],
+//  "aws_role": {"name":"sg-role","access_key_id":"ASIA...","secret_access_key":"...",
+//               "token":"...","expires_after_s":21600,"rotate":false,"code":"Success"}}
 Result<EmulatorScenario> parse_emulator_scenario(std::string_view json);
 
 struct RecordedRequest {

@@ -1,10 +1,9 @@
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 
 #include <catch2/catch.hpp>
 
 using namespace std::chrono_literals;
 using namespace shardguard;
-using namespace shardguard::agent;
 
 TEST_CASE("time formats: RFC 3339") {
   auto t = parse_rfc3339("2017-09-18T08:22:00Z");

@@ -4,7 +4,7 @@
 #include <catch2/catch.hpp>
 
 #include "agent/aws_parse.h"
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 
 using namespace std::chrono_literals;
 using namespace shardguard;

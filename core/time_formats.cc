@@ -1,10 +1,10 @@
-#include "agent/time_formats.h"
+#include "core/time_formats.h"
 
 #include <array>
 #include <cctype>
 #include <cstdio>
 
-namespace shardguard::agent {
+namespace shardguard {
 
 namespace {
 
@@ -154,4 +154,4 @@ std::string format_rfc1123(WallTime t) {
   return buf;
 }
 
-}  // namespace shardguard::agent
+}  // namespace shardguard

@@ -1,4 +1,5 @@
-// Parsing and printing of the time formats the metadata services use for deadlines:
+// Parsing and printing of the time formats the metadata services (and S3's Date and
+// Last-Modified headers) use:
 // RFC 3339 (AWS spot instance-action and rebalance: "2017-09-18T08:22:00Z"), RFC 1123
 // (Azure NotBefore: "Mon, 19 Sep 2016 18:29:47 GMT") and AWS scheduled-event times
 // ("21 Jan 2019 09:00:43 GMT"). All UTC; no time-zone database is consulted.
@@ -12,7 +13,7 @@
 #include "core/clock.h"
 #include "core/result.h"
 
-namespace shardguard::agent {
+namespace shardguard {
 
 // The range a parsed time is clamped to. A WallTime is int64 nanoseconds (1677-09-21 to
 // 2262-04-11): a notice time past that wrapped, and "9999-12-31" became a deadline in the
@@ -35,4 +36,4 @@ std::string format_rfc3339(WallTime t);
 // "Mon, 19 Sep 2016 18:29:47 GMT".
 std::string format_rfc1123(WallTime t);
 
-}  // namespace shardguard::agent
+}  // namespace shardguard
