@@ -40,7 +40,7 @@ void gather(std::span<const Segment> segments, uint64_t begin, uint64_t end, std
   }
 }
 
-// The whole block lies in one segment at an aligned address: write it without a copy.
+// The block lies whole in one segment at an aligned address: write it without a copy.
 const std::byte* direct_source(std::span<const Segment> segments, uint64_t begin,
                                uint64_t end) {
   for (const auto& s : segments) {
@@ -55,55 +55,54 @@ const std::byte* direct_source(std::span<const Segment> segments, uint64_t begin
 
 }  // namespace
 
-Result<FileChecksums> write_file_image(Filesystem& fs, const std::string& path,
-                                       std::span<const Segment> segments, uint64_t file_size,
-                                       const BlockWriteOptions& options) {
-  SG_ASSIGN_OR_RETURN(auto file, fs.open_for_write(path, {.direct = options.direct_io}));
+size_t image_part_bytes(const BlockWriteOptions& options) {
+  return std::max(options.block_size, kDirectIoAlignment) / kDirectIoAlignment *
+         kDirectIoAlignment;
+}
+
+Result<FileChecksums> write_image(storage::Upload& upload, std::span<const Segment> segments,
+                                  uint64_t file_size, const BlockWriteOptions& options) {
   auto fail = [&](Error e) -> Error {
-    (void)file->close();
-    (void)fs.remove(path);
+    upload.abort();
     return e;
   };
-  if (auto st = file->preallocate(file_size); !st.ok()) return fail(std::move(st).error());
-
-  const size_t block = std::max(options.block_size, kDirectIoAlignment) / kDirectIoAlignment *
-                       kDirectIoAlignment;
+  const size_t block = image_part_bytes(options);
   const uint64_t blocks = (file_size + block - 1) / block;
+  // Whole blocks go to the workers; a shorter last one is written after them, so that an
+  // O_DIRECT file drops to the page cache only for its tail (core/filesystem.h write_at).
+  const uint64_t parallel = file_size % block == 0 ? blocks : blocks - 1;
   std::atomic<uint64_t> next{0};
   std::atomic<bool> abort{false};
   std::mutex error_mu;
   std::optional<Error> first_error;
+  auto note_error = [&](Error e) {
+    std::lock_guard lock(error_mu);
+    if (!first_error) first_error = std::move(e);
+    abort = true;
+  };
 
+  // Block k from the image: straight from its segment when it lies whole in one at an
+  // aligned address, else gathered into `buf`.
+  auto write_block = [&](uint64_t k, AlignedBuffer& buf) -> Status {
+    const uint64_t begin = k * block;
+    const uint64_t end = std::min<uint64_t>(begin + block, file_size);
+    const std::byte* src = direct_source(segments, begin, end);
+    if (src == nullptr) {
+      if (!buf) buf = aligned_buffer(block);
+      if (!buf) return Error(ErrorCode::kIo, "out of memory for a write buffer");
+      gather(segments, begin, end, buf.get());
+      src = buf.get();
+    }
+    SG_RETURN_IF_ERROR(upload.write_part(begin, std::span(src, end - begin)));
+    if (options.on_written) options.on_written(end - begin);
+    return ok_status();
+  };
   auto worker = [&] {
     AlignedBuffer buf;
     while (!abort.load(std::memory_order_relaxed)) {
       uint64_t k = next.fetch_add(1);
-      if (k >= blocks) return;
-      uint64_t begin = k * block;
-      uint64_t end = std::min<uint64_t>(begin + block, file_size);
-      // O_DIRECT needs whole aligned sizes: pad the last block, truncate afterwards.
-      uint64_t padded = (end - begin + kDirectIoAlignment - 1) / kDirectIoAlignment *
-                        kDirectIoAlignment;
-      const std::byte* src = direct_source(segments, begin, begin + padded);
-      if (src == nullptr) {
-        if (!buf) buf = aligned_buffer(block);
-        if (!buf) {
-          std::lock_guard lock(error_mu);
-          if (!first_error) first_error = Error(ErrorCode::kIo, "out of memory for write buffer");
-          abort = true;
-          return;
-        }
-        if (padded > end - begin) std::memset(buf.get() + (end - begin), 0, padded - (end - begin));
-        gather(segments, begin, end, buf.get());
-        src = buf.get();
-      }
-      auto st = file->write_at(begin, std::span(src, padded));
-      if (!st.ok()) {
-        std::lock_guard lock(error_mu);
-        if (!first_error) first_error = std::move(st).error();
-        abort = true;
-        return;
-      }
+      if (k >= parallel) return;
+      if (auto st = write_block(k, buf); !st.ok()) return note_error(std::move(st).error());
     }
   };
 
@@ -128,11 +127,11 @@ Result<FileChecksums> write_file_image(Filesystem& fs, const std::string& path,
 
   for (auto& t : threads) t.join();
   if (first_error) return fail(std::move(*first_error));
-  if (file_size % kDirectIoAlignment != 0) {
-    if (auto st = file->truncate(file_size); !st.ok()) return fail(std::move(st).error());
+  if (parallel < blocks) {
+    AlignedBuffer buf;
+    if (auto st = write_block(parallel, buf); !st.ok()) return fail(std::move(st).error());
   }
-  if (auto st = file->sync(); !st.ok()) return fail(std::move(st).error());
-  if (auto st = file->close(); !st.ok()) return fail(std::move(st).error());
+  if (auto st = upload.finish(); !st.ok()) return fail(std::move(st).error());
   return FileChecksums{xxh3_128_hex(digest.high64, digest.low64), options.checksum_block_bytes,
                        block_sums.finish()};
 }

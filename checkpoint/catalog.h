@@ -7,7 +7,10 @@
 // A symbolic link named like a step directory is listed; through a RootedFilesystem
 // (core/rooted_fs.h, what the CLI and `shardguard run` pass) it is never looked through and
 // reads as corrupt, naming the link, as does a step whose manifest or files are links.
-// Thread-safety: pure functions over the Filesystem; safe from any thread.
+// A bucket is listed the same way (one listing of the prefix with '/', a GET per manifest
+// read); a step whose only files are attempts set aside in quarantine/ is not a step any more
+// (checkpoint/quarantine.h).
+// Thread-safety: pure functions over the Filesystem or Store; safe from any thread.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +23,7 @@
 #include "checkpoint/verify.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
@@ -33,7 +37,7 @@ std::string_view checkpoint_state_name(CheckpointState state);  // "complete", .
 
 struct CatalogEntry {
   uint64_t step = 0;
-  std::string dir;  // the step directory's path
+  std::string dir;  // the step directory's path, or its URL in a bucket
   CheckpointState state = CheckpointState::kIncomplete;
   std::string reason;                // why not complete, naming the file; empty if complete
   std::optional<Manifest> manifest;  // set whenever the manifest parsed
@@ -58,6 +62,12 @@ Result<std::vector<CatalogEntry>> list_checkpoints(Filesystem& fs,
 // listing what was skipped and why, when none is complete.
 Result<CatalogEntry> latest_complete(Filesystem& fs, const std::string& checkpoint_dir,
                                      Verify verify,
+                                     std::vector<CatalogEntry>* skipped_newer = nullptr);
+
+// The same over a Store: a directory or a bucket.
+CatalogEntry inspect_checkpoint(storage::Store& store, uint64_t step, Verify verify);
+Result<std::vector<CatalogEntry>> list_checkpoints(storage::Store& store, Verify verify);
+Result<CatalogEntry> latest_complete(storage::Store& store, Verify verify,
                                      std::vector<CatalogEntry>* skipped_newer = nullptr);
 
 }  // namespace shardguard::checkpoint

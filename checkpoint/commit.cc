@@ -7,22 +7,24 @@
 
 #include "checkpoint/hf_index.h"
 #include "checkpoint/paths.h"
+#include "storage/dir_store.h"
 
 namespace shardguard::checkpoint {
 namespace {
 
-std::string step_dir_of(const CommitOptions& o) {
-  return join_path(o.checkpoint_dir, step_dir_name(o.step));
-}
+RankFiles rank_files(storage::Store& store) { return RankFiles{store.location().is_bucket()}; }
 
-// A committed manifest already in the directory: returned as is (same or older attempt:
-// a committed step is never rewritten) or refused (newer attempt: we are stale).
-Result<std::optional<Manifest>> existing_manifest(Filesystem& fs, const CommitOptions& o) {
-  const std::string path = join_path(step_dir_of(o), std::string(kManifestName));
-  SG_ASSIGN_OR_RETURN(bool exists, fs.exists(path));
-  if (!exists) return std::optional<Manifest>();
-  SG_ASSIGN_OR_RETURN(auto text, fs.read_file(path));
-  SG_ASSIGN_OR_RETURN(auto m, parse_manifest(text, path));
+// A committed manifest already there: returned as is (same or older attempt: a committed
+// step is never rewritten) or refused (newer attempt: we are stale).
+Result<std::optional<Manifest>> existing_manifest(storage::Store& store, const CommitOptions& o) {
+  const std::string key = manifest_key(o.step);
+  auto text = store.read(key);
+  if (!text.ok()) {
+    if (text.error().code() == ErrorCode::kNotFound) return std::optional<Manifest>();
+    return std::move(text).error();
+  }
+  const std::string path = store.describe(key);
+  SG_ASSIGN_OR_RETURN(auto m, parse_manifest(*text, path));
   if (m.attempt > o.attempt)
     return Error(ErrorCode::kFenced, "'" + path + "' was committed by attempt " +
                                          std::to_string(m.attempt) + ", newer than " +
@@ -35,19 +37,20 @@ struct Gathered {
   std::vector<std::string> missing;
 };
 
-Result<Gathered> gather_sidecars(Filesystem& fs, const CommitOptions& o) {
-  const std::string dir = step_dir_of(o);
+Result<Gathered> gather_sidecars(storage::Store& store, const CommitOptions& o) {
+  const RankFiles files = rank_files(store);
   Gathered g;
   g.sidecars.resize(o.world_size);
   for (uint32_t r = 0; r < o.world_size; ++r) {
-    const std::string path = join_path(dir, sidecar_name(r));
-    SG_ASSIGN_OR_RETURN(bool exists, fs.exists(path));
-    if (!exists) {
+    const std::string key = step_file_key(o.step, files.sidecar(r, o.attempt));
+    const std::string path = store.describe(key);
+    auto text = store.read(key);
+    if (!text.ok()) {
+      if (text.error().code() != ErrorCode::kNotFound) return std::move(text).error();
       g.missing.push_back("rank " + std::to_string(r) + " (no sidecar)");
       continue;
     }
-    SG_ASSIGN_OR_RETURN(auto text, fs.read_file(path));
-    SG_ASSIGN_OR_RETURN(auto s, parse_sidecar(text, path));
+    SG_ASSIGN_OR_RETURN(auto s, parse_sidecar(*text, path));
     if (s.attempt > o.attempt)
       return Error(ErrorCode::kFenced, "'" + path + "' is from attempt " +
                                            std::to_string(s.attempt) + ", newer than " +
@@ -67,13 +70,13 @@ Result<Gathered> gather_sidecars(Filesystem& fs, const CommitOptions& o) {
                   std::to_string(o.world_size));
     if (s.rank != r) return fail("rank " + std::to_string(s.rank) + " in rank " +
                                  std::to_string(r) + "'s sidecar");
-    if (s.file.path != shard_file_name(r, o.world_size))
+    if (s.file.path != files.shard(r, o.world_size, o.attempt))
       return fail("names shard '" + s.file.path + "'");
-    const std::string shard = join_path(dir, s.file.path);
-    auto size = fs.file_size(shard);
+    auto size = store.stat(step_file_key(o.step, s.file.path));
     if (!size.ok()) return fail("shard: " + size.error().message());
-    if (*size != s.file.size)
-      return fail("shard '" + s.file.path + "' has " + std::to_string(*size) +
+    if (!*size) return fail("shard '" + s.file.path + "' is missing");
+    if ((*size)->size != s.file.size)
+      return fail("shard '" + s.file.path + "' has " + std::to_string((*size)->size) +
                   " bytes, sidecar says " + std::to_string(s.file.size));
     g.sidecars[r] = std::move(s);
   }
@@ -113,32 +116,47 @@ Result<Manifest> build_manifest(const CommitOptions& o, Clock& clock,
   return m;
 }
 
-// After the commit: temp files of any attempt, shards and sidecars outside this world.
-void remove_stale_files(Filesystem& fs, const std::string& dir, const Manifest& m) {
-  auto entries = fs.list(dir);
+// After the commit, in a directory: temp files of any attempt, shards and sidecars outside
+// this world. (A bucket's other attempts' keys are gc's: nothing follows a bucket's commit.)
+void remove_stale_files(storage::DirectoryStore& dir, uint64_t step, const Manifest& m) {
+  auto entries = dir.list(step_key(step));
   if (!entries.ok()) return;
-  for (const auto& e : *entries) {
-    bool stale = is_temp_name(e.name);
-    if (auto shard = parse_shard_file_name(e.name))
-      stale = stale || m.find_file(e.name) == nullptr;
-    if (auto rank = parse_sidecar_name(e.name)) stale = stale || *rank >= m.world_size;
-    if (stale) (void)fs.remove(join_path(dir, e.name));
+  for (const auto& e : entries->objects) {
+    const std::string name = e.key.substr(e.key.rfind('/') + 1);
+    bool stale = is_temp_name(name);
+    if (auto shard = parse_shard_file_name(name)) stale = stale || m.find_file(name) == nullptr;
+    if (auto rank = parse_sidecar_name(name)) stale = stale || *rank >= m.world_size;
+    if (stale) (void)dir.remove(e.key);
   }
 }
 
-Result<Manifest> commit_now(Filesystem& fs, Clock& clock, const CommitOptions& o,
+Result<Manifest> commit_now(storage::Store& store, Clock& clock, const CommitOptions& o,
                             std::vector<Sidecar> sidecars) {
   SG_ASSIGN_OR_RETURN(Manifest m, build_manifest(o, clock, sidecars));
-  const std::string dir = step_dir_of(o);
   if (every_tensor_whole(m))
-    SG_RETURN_IF_ERROR(atomic_write_file(fs, join_path(dir, std::string(kHfIndexName)),
-                                         hf_index_json(m)));
+    SG_RETURN_IF_ERROR(store.put(step_file_key(o.step, kHfIndexName), hf_index_json(m)));
   // Re-check right before sealing: another committer may have won the race.
-  SG_ASSIGN_OR_RETURN(auto existing, existing_manifest(fs, o));
+  SG_ASSIGN_OR_RETURN(auto existing, existing_manifest(store, o));
   if (existing) return std::move(*existing);
-  SG_RETURN_IF_ERROR(
-      atomic_write_file(fs, join_path(dir, std::string(kManifestName)), manifest_to_json(m)));
-  remove_stale_files(fs, dir, m);
+  // The commit point: created only if absent (a bucket's If-None-Match: *, a directory's
+  // rename without replacing), so two committers never both win and nothing is overwritten.
+  auto sealed = store.put(manifest_key(o.step), manifest_to_json(m),
+                          storage::PutCondition::if_absent());
+  if (!sealed.ok()) {
+    if (sealed.error().code() != ErrorCode::kExists) return std::move(sealed).error();
+    SG_ASSIGN_OR_RETURN(auto winner, existing_manifest(store, o));
+    if (!winner)
+      return Error(ErrorCode::kIo, "step " + std::to_string(o.step) + ": '" +
+                                       store.describe(manifest_key(o.step)) +
+                                       "' was said to exist and then was not there");
+    if (winner->attempt != o.attempt)
+      return Error(ErrorCode::kExists,
+                   "step " + std::to_string(o.step) + " was committed by another writer (attempt " +
+                       std::to_string(winner->attempt) + ") while attempt " +
+                       std::to_string(o.attempt) + " was committing it; this save stops");
+    return std::move(*winner);
+  }
+  if (auto* dir = store.as_directory()) remove_stale_files(*dir, o.step, m);
   return m;
 }
 
@@ -149,25 +167,26 @@ Status check_options(const CommitOptions& o) {
 
 }  // namespace
 
-Result<Manifest> try_commit_checkpoint(Filesystem& fs, Clock& clock, const CommitOptions& o) {
+Result<Manifest> try_commit_checkpoint(storage::Store& store, Clock& clock,
+                                       const CommitOptions& o) {
   SG_RETURN_IF_ERROR(check_options(o));
-  SG_ASSIGN_OR_RETURN(auto existing, existing_manifest(fs, o));
+  SG_ASSIGN_OR_RETURN(auto existing, existing_manifest(store, o));
   if (existing) return std::move(*existing);
-  SG_ASSIGN_OR_RETURN(auto g, gather_sidecars(fs, o));
+  SG_ASSIGN_OR_RETURN(auto g, gather_sidecars(store, o));
   if (!g.missing.empty()) {
     std::string why = "step " + std::to_string(o.step) + " not ready: waiting for ";
     for (size_t i = 0; i < g.missing.size(); ++i) why += (i ? ", " : "") + g.missing[i];
     return Error(ErrorCode::kNotFound, why);
   }
-  return commit_now(fs, clock, o, std::move(g.sidecars));
+  return commit_now(store, clock, o, std::move(g.sidecars));
 }
 
-Result<Manifest> commit_checkpoint(Filesystem& fs, Clock& clock, const CommitOptions& o,
+Result<Manifest> commit_checkpoint(storage::Store& store, Clock& clock, const CommitOptions& o,
                                    const std::function<void(Duration)>& sleep) {
   const SteadyTime deadline = clock.now() + o.timeout;
   SteadyTime next_report = clock.now() + o.report_every;
   for (;;) {
-    auto r = try_commit_checkpoint(fs, clock, o);
+    auto r = try_commit_checkpoint(store, clock, o);
     if (r.ok() || r.error().code() != ErrorCode::kNotFound) return r;
     if (o.cancelled) {
       if (auto why = o.cancelled())
@@ -188,6 +207,17 @@ Result<Manifest> commit_checkpoint(Filesystem& fs, Clock& clock, const CommitOpt
     else
       std::this_thread::sleep_for(o.poll_interval);
   }
+}
+
+Result<Manifest> try_commit_checkpoint(Filesystem& fs, Clock& clock, const CommitOptions& o) {
+  storage::DirectoryStore store(fs, o.checkpoint_dir);
+  return try_commit_checkpoint(store, clock, o);
+}
+
+Result<Manifest> commit_checkpoint(Filesystem& fs, Clock& clock, const CommitOptions& o,
+                                   const std::function<void(Duration)>& sleep) {
+  storage::DirectoryStore store(fs, o.checkpoint_dir);
+  return commit_checkpoint(store, clock, o, sleep);
 }
 
 }  // namespace shardguard::checkpoint

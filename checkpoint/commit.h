@@ -4,8 +4,10 @@
 // The committer (rank 0, or the supervisor when rank 0 is gone) waits until every rank of
 // the world has published its sidecar, checks them against each other (same job, step,
 // attempt and world size; every shard present with its size; chunks of each tensor tiling
-// its shape), writes the HF index when every tensor is whole, then manifest.json
-// atomically (temp, fsync, rename, fsync dir), and finally removes files of older attempts.
+// its shape), writes the HF index when every tensor is whole, then manifest.json, created only
+// if absent (a directory: temp, fsync, rename without replacing, fsync dir; a bucket: one PUT
+// with If-None-Match: *, the last request of the save), and in a directory finally removes
+// files of older attempts.
 // Fencing: a sidecar or manifest of a newer attempt means this committer is stale.
 // Committing a committed step returns the existing manifest (idempotent).
 // Thread-safety: independent calls may run on different threads.
@@ -20,11 +22,12 @@
 #include "core/clock.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
 struct CommitOptions {
-  std::string checkpoint_dir;
+  std::string checkpoint_dir;  // for the Filesystem overloads; a Store knows its location
   std::string job_id = "job";
   uint64_t step = 0;
   uint64_t attempt = 0;
@@ -41,15 +44,22 @@ struct CommitOptions {
 };
 
 // Waits for the sidecars and commits. kTimeout names the ranks still missing (and why:
-// absent, or from another attempt); kFenced when a newer attempt owns the step; kCorrupt
+// absent, or from another attempt); kFenced when a newer attempt owns the step; kExists when
+// another writer of another attempt committed the step first (never overwritten); kCorrupt
 // when sidecars disagree or a shard is missing or has the wrong size; kCancelled when
 // `cancelled` gave a reason.
 // `sleep` is how the wait passes time (tests pass one that advances a FakeClock).
+Result<Manifest> commit_checkpoint(storage::Store& store, Clock& clock,
+                                   const CommitOptions& options,
+                                   const std::function<void(Duration)>& sleep = {});
+// In the directory options.checkpoint_dir.
 Result<Manifest> commit_checkpoint(Filesystem& fs, Clock& clock, const CommitOptions& options,
                                    const std::function<void(Duration)>& sleep = {});
 
 // One look, no waiting: the manifest if every sidecar is there and valid; kNotFound with
 // the reason when some are missing.
+Result<Manifest> try_commit_checkpoint(storage::Store& store, Clock& clock,
+                                       const CommitOptions& options);
 Result<Manifest> try_commit_checkpoint(Filesystem& fs, Clock& clock,
                                        const CommitOptions& options);
 

@@ -5,6 +5,7 @@
 #include "checkpoint/json_fields.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/strict_json.h"
+#include "storage/dir_store.h"
 
 namespace shardguard::checkpoint {
 namespace {
@@ -123,8 +124,25 @@ DirHistory on_fallback_tried(DirHistory history, uint64_t step) {
 }
 
 Result<DirHistory> load_dir_history(Filesystem& fs, const std::string& checkpoint_dir) {
-  const std::string path = meta_path(checkpoint_dir, kDirHistoryName);
-  auto text = fs.read_file(path);
+  storage::DirectoryStore store(fs, checkpoint_dir);
+  return load_dir_history(store);
+}
+
+Status store_dir_history(Filesystem& fs, const std::string& checkpoint_dir, DirHistory history,
+                         WallTime now) {
+  storage::DirectoryStore store(fs, checkpoint_dir);
+  return store_dir_history(store, std::move(history), now);
+}
+
+Result<std::string> reset_dir_history(Filesystem& fs, const std::string& checkpoint_dir,
+                                      WallTime now) {
+  storage::DirectoryStore store(fs, checkpoint_dir);
+  return reset_dir_history(store, now);
+}
+
+Result<DirHistory> load_dir_history(storage::Store& store) {
+  const std::string path = store.describe(meta_key(kDirHistoryName));
+  auto text = store.read(meta_key(kDirHistoryName));
   if (!text.ok()) {
     if (text.error().code() == ErrorCode::kNotFound) return DirHistory{};
     return std::move(text).error();
@@ -136,20 +154,24 @@ Result<DirHistory> load_dir_history(Filesystem& fs, const std::string& checkpoin
   return h;
 }
 
-Status store_dir_history(Filesystem& fs, const std::string& checkpoint_dir, DirHistory history,
-                         WallTime now) {
+Status store_dir_history(storage::Store& store, DirHistory history, WallTime now) {
   history.updated_unix_ms = to_unix_ms(now);
-  SG_RETURN_IF_ERROR(fs.create_dirs(meta_dir(checkpoint_dir)));
-  return atomic_write_file(fs, meta_path(checkpoint_dir, kDirHistoryName), history_json(history));
+  SG_RETURN_IF_ERROR(store.put(meta_key(kDirHistoryName), history_json(history)));
+  return {};
 }
 
-Result<std::string> reset_dir_history(Filesystem& fs, const std::string& checkpoint_dir,
-                                      WallTime now) {
-  const std::string path = meta_path(checkpoint_dir, kDirHistoryName);
-  const std::string kept = meta_path(checkpoint_dir, kDirHistoryCorruptName);
-  SG_ASSIGN_OR_RETURN(bool present, fs.exists(path));
-  if (present) SG_RETURN_IF_ERROR(fs.rename(path, kept));
-  SG_RETURN_IF_ERROR(store_dir_history(fs, checkpoint_dir, DirHistory{}, now));
+Result<std::string> reset_dir_history(storage::Store& store, WallTime now) {
+  const std::string kept = store.describe(meta_key(kDirHistoryCorruptName));
+  if (auto* dir = store.as_directory()) {
+    const std::string path = dir->path(meta_key(kDirHistoryName));
+    SG_ASSIGN_OR_RETURN(bool present, dir->fs().exists(path));
+    if (present) SG_RETURN_IF_ERROR(dir->fs().rename(path, kept));
+  } else {
+    // No rename in a bucket: the corrupt bytes are copied aside (a small record).
+    auto text = store.read(meta_key(kDirHistoryName));
+    if (text.ok()) SG_RETURN_IF_ERROR(store.put(meta_key(kDirHistoryCorruptName), *text));
+  }
+  SG_RETURN_IF_ERROR(store_dir_history(store, DirHistory{}, now));
   return kept;
 }
 

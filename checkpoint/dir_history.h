@@ -21,6 +21,7 @@
 #include "core/clock.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
@@ -69,5 +70,10 @@ Status store_dir_history(Filesystem& fs, const std::string& checkpoint_dir, DirH
 // for a post-mortem and stores an empty history. Returns the kept copy's path.
 Result<std::string> reset_dir_history(Filesystem& fs, const std::string& checkpoint_dir,
                                       WallTime now);
+
+// The same over a Store (a directory or a bucket).
+Result<DirHistory> load_dir_history(storage::Store& store);
+Status store_dir_history(storage::Store& store, DirHistory history, WallTime now);
+Result<std::string> reset_dir_history(storage::Store& store, WallTime now);
 
 }  // namespace shardguard::checkpoint

@@ -8,6 +8,7 @@
 #include "checkpoint/catalog.h"
 #include "checkpoint/json_fields.h"
 #include "checkpoint/paths.h"
+#include "storage/dir_store.h"
 #include "checkpoint/strict_json.h"
 
 namespace shardguard::checkpoint {
@@ -75,9 +76,9 @@ std::string record_json(const JobRecord& r) {
   return json::serialize(o) + "\n";
 }
 
-Result<std::optional<JobRecord>> load(Filesystem& fs, const std::string& dir) {
-  const std::string path = meta_path(dir, kJobIdentityName);
-  auto text = fs.read_file(path);
+Result<std::optional<JobRecord>> load(storage::Store& store) {
+  const std::string path = store.describe(meta_key(kJobIdentityName));
+  auto text = store.read(meta_key(kJobIdentityName));
   if (!text.ok()) {
     if (text.error().code() == ErrorCode::kNotFound) return std::optional<JobRecord>();
     return std::move(text).error();
@@ -135,21 +136,26 @@ std::string generate_job_id(WallTime now) {
   return buf;
 }
 
-Result<std::optional<std::string>> stored_job_id(Filesystem& fs,
-                                                 const std::string& checkpoint_dir) {
-  SG_ASSIGN_OR_RETURN(auto record, load(fs, checkpoint_dir));
+Result<std::optional<std::string>> stored_job_id(storage::Store& store) {
+  SG_ASSIGN_OR_RETURN(auto record, load(store));
   if (!record) return std::optional<std::string>();
   return std::optional<std::string>(record->job_id);
 }
 
-Result<ResolvedJobId> decide_job_id(Filesystem& fs, const std::string& checkpoint_dir,
+Result<std::optional<std::string>> stored_job_id(Filesystem& fs,
+                                                 const std::string& checkpoint_dir) {
+  storage::DirectoryStore store(fs, checkpoint_dir);
+  return stored_job_id(store);
+}
+
+Result<ResolvedJobId> decide_job_id(storage::Store& store,
                                     const std::optional<std::string>& explicit_id, bool take_over,
                                     WallTime now) {
   if (explicit_id) SG_RETURN_IF_ERROR(check_job_id(*explicit_id));
-  SG_ASSIGN_OR_RETURN(auto stored, stored_job_id(fs, checkpoint_dir));
+  SG_ASSIGN_OR_RETURN(auto stored, stored_job_id(store));
   if (!explicit_id) {
     if (stored) return ResolvedJobId{*stored, JobIdSource::kAdopted, ""};
-    auto latest = latest_complete(fs, checkpoint_dir, Verify::kSize);
+    auto latest = latest_complete(store, Verify::kSize);
     if (latest.ok() && latest->manifest && check_job_id(latest->manifest->job_id).ok())
       return ResolvedJobId{latest->manifest->job_id, JobIdSource::kFromCheckpoint, ""};
     return ResolvedJobId{generate_job_id(now), JobIdSource::kGenerated, ""};
@@ -157,24 +163,39 @@ Result<ResolvedJobId> decide_job_id(Filesystem& fs, const std::string& checkpoin
   if (!stored) return ResolvedJobId{*explicit_id, JobIdSource::kStored, ""};
   if (*stored == *explicit_id) return ResolvedJobId{*explicit_id, JobIdSource::kMatched, ""};
   if (take_over) return ResolvedJobId{*explicit_id, JobIdSource::kTakenOver, *stored};
+  const bool bucket = store.location().is_bucket();
   return Error(ErrorCode::kInvalid,
-               "checkpoint directory " + q(checkpoint_dir) + " belongs to job " + q(*stored) +
-                   " (" + q(meta_path(checkpoint_dir, kJobIdentityName)) + "), not " +
-                   q(*explicit_id) + ": run with job id " + q(*stored) +
-                   ", use another checkpoint directory, or take it over on purpose with "
-                   "--resume-from-job");
+               std::string(bucket ? "checkpoint location " : "checkpoint directory ") +
+                   q(store.location().str()) + " belongs to job " + q(*stored) + " (" +
+                   q(store.describe(meta_key(kJobIdentityName))) + "), not " + q(*explicit_id) +
+                   ": run with job id " + q(*stored) + ", use another checkpoint " +
+                   (bucket ? "location" : "directory") +
+                   ", or take it over on purpose with --resume-from-job");
+}
+
+Result<ResolvedJobId> decide_job_id(Filesystem& fs, const std::string& checkpoint_dir,
+                                    const std::optional<std::string>& explicit_id, bool take_over,
+                                    WallTime now) {
+  storage::DirectoryStore store(fs, checkpoint_dir);
+  return decide_job_id(store, explicit_id, take_over, now);
 }
 
 Result<ResolvedJobId> resolve_job_id(Filesystem& fs, const std::string& checkpoint_dir,
                                      const std::optional<std::string>& explicit_id, bool take_over,
                                      WallTime now) {
-  SG_ASSIGN_OR_RETURN(ResolvedJobId decided,
-                      decide_job_id(fs, checkpoint_dir, explicit_id, take_over, now));
+  storage::DirectoryStore store(fs, checkpoint_dir);
+  return resolve_job_id(store, explicit_id, take_over, now);
+}
+
+Result<ResolvedJobId> resolve_job_id(storage::Store& store,
+                                     const std::optional<std::string>& explicit_id, bool take_over,
+                                     WallTime now) {
+  SG_ASSIGN_OR_RETURN(ResolvedJobId decided, decide_job_id(store, explicit_id, take_over, now));
   if (decided.source == JobIdSource::kAdopted || decided.source == JobIdSource::kMatched)
     return decided;
   JobRecord record;
   if (decided.source == JobIdSource::kTakenOver) {
-    SG_ASSIGN_OR_RETURN(auto old, load(fs, checkpoint_dir));
+    SG_ASSIGN_OR_RETURN(auto old, load(store));
     if (old) record = std::move(*old);
     record.changes.push_back({decided.previous_job_id, decided.job_id, to_unix_ms(now)});
     if (record.changes.size() > kMaxChanges)
@@ -184,9 +205,7 @@ Result<ResolvedJobId> resolve_job_id(Filesystem& fs, const std::string& checkpoi
     record.created_unix_ms = to_unix_ms(now);
   }
   record.job_id = decided.job_id;
-  SG_RETURN_IF_ERROR(fs.create_dirs(meta_dir(checkpoint_dir)));
-  SG_RETURN_IF_ERROR(
-      atomic_write_file(fs, meta_path(checkpoint_dir, kJobIdentityName), record_json(record)));
+  SG_RETURN_IF_ERROR(store.put(meta_key(kJobIdentityName), record_json(record)));
   return decided;
 }
 

@@ -26,6 +26,7 @@
 #include "core/clock.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
@@ -62,6 +63,15 @@ Result<ResolvedJobId> decide_job_id(Filesystem& fs, const std::string& checkpoin
 
 // decide_job_id(), then stores the record when it changes (atomically: temp, fsync, rename).
 Result<ResolvedJobId> resolve_job_id(Filesystem& fs, const std::string& checkpoint_dir,
+                                     const std::optional<std::string>& explicit_id, bool take_over,
+                                     WallTime now);
+
+// The same over a Store (a directory or a bucket).
+Result<std::optional<std::string>> stored_job_id(storage::Store& store);
+Result<ResolvedJobId> decide_job_id(storage::Store& store,
+                                    const std::optional<std::string>& explicit_id, bool take_over,
+                                    WallTime now);
+Result<ResolvedJobId> resolve_job_id(storage::Store& store,
                                      const std::optional<std::string>& explicit_id, bool take_over,
                                      WallTime now);
 

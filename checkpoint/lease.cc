@@ -10,6 +10,7 @@
 #include "checkpoint/json_fields.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/strict_json.h"
+#include "storage/dir_store.h"
 #include "core/units.h"
 
 namespace shardguard::checkpoint {
@@ -79,10 +80,12 @@ bool stale(const LeaseRecord& r, WallTime now, const LeaseOptions& o) {
 
 Error refuse(const std::string& dir, const LeaseRecord& holder, WallTime now,
              const std::string& why) {
-  return Error(ErrorCode::kFenced, "checkpoint directory " + q(dir) + " is in use by " +
-                                       describe_holder(holder, now) + "; " + why +
-                                       ". One job per checkpoint directory: stop that run, or "
-                                       "use another directory");
+  const bool bucket = storage::is_bucket_url(dir);
+  return Error(ErrorCode::kFenced,
+               std::string(bucket ? "checkpoint location " : "checkpoint directory ") + q(dir) +
+                   " is in use by " + describe_holder(holder, now) + "; " + why + ". One job per " +
+                   (bucket ? "checkpoint location" : "checkpoint directory") +
+                   ": stop that run, or use another " + (bucket ? "prefix" : "directory"));
 }
 
 }  // namespace
@@ -112,7 +115,9 @@ Result<std::optional<LeaseRecord>> read_lease(Filesystem& fs, const std::string&
 }
 
 struct DirectoryLease::State {
-  Filesystem* fs;
+  Filesystem* fs = nullptr;      // a directory's lease
+  storage::Store* store = nullptr;  // a bucket's lease
+  std::string etag;                 // bucket: the record as we last wrote it
   std::string dir;
   LeaseOptions options;
   LeaseRecord record;
@@ -124,7 +129,26 @@ struct DirectoryLease::State {
 
   std::string record_path() const { return meta_path(dir, kLeaseRecordName); }
 
-  Status write() { return atomic_write_file(*fs, record_path(), record_json(record)); }
+  Status write() {
+    if (store != nullptr) {
+      auto etag_now = store->put(meta_key(kLeaseRecordName), record_json(record),
+                                 storage::PutCondition::if_match(etag));
+      if (!etag_now.ok()) {
+        if (etag_now.error().code() != ErrorCode::kFenced) return std::move(etag_now).error();
+        auto current = read_lease(*store);
+        const std::string held = current.ok() && *current
+                                     ? "now held by " + describe_holder(**current, record_now())
+                                     : std::string("its record changed");
+        return Error(ErrorCode::kFenced, "lease of checkpoint location " + q(dir) + " lost: " +
+                                             held + "; stop using the location");
+      }
+      etag = std::move(*etag_now);
+      return {};
+    }
+    return atomic_write_file(*fs, record_path(), record_json(record));
+  }
+
+  WallTime record_now() const { return from_unix_ms(record.renewed_unix_ms); }
 
   // kFenced unless the record on storage is still ours.
   Status check_ours(WallTime now) {
@@ -223,6 +247,10 @@ Result<DirectoryLease> DirectoryLease::acquire(Filesystem& fs, const std::string
 
 Status DirectoryLease::renew(WallTime now) {
   if (s_->released) return Error(ErrorCode::kInvalid, "lease of " + q(s_->dir) + " was released");
+  if (s_->store != nullptr) {  // the If-Match of the write is the check
+    s_->record.renewed_unix_ms = to_unix_ms(now);
+    return s_->write();
+  }
   SG_RETURN_IF_ERROR(s_->check_ours(now));
   if (!s_->lock && s_->lock_was_held) {
     auto lock = s_->fs->try_lock_file(meta_path(s_->dir, kLeaseLockName));
@@ -245,6 +273,12 @@ Status DirectoryLease::set_epoch(uint64_t epoch, WallTime now) {
 Status DirectoryLease::release() {
   if (!s_ || s_->released) return {};
   s_->released = true;
+  if (s_->store != nullptr) {
+    auto current = read_lease(*s_->store);
+    if (current.ok() && *current && (*current)->token == s_->record.token)
+      return s_->store->remove(meta_key(kLeaseRecordName));
+    return {};
+  }
   Status st;
   auto current = read_lease(*s_->fs, s_->dir);
   if (current.ok() && *current && (*current)->token == s_->record.token) {
@@ -253,6 +287,76 @@ Status DirectoryLease::release() {
   }
   s_->lock.reset();  // unlock after the record is gone, so no one sees a lock without it
   return st;
+}
+
+Result<std::optional<LeaseRecord>> read_lease(storage::Store& store) {
+  if (auto* dir = store.as_directory()) return read_lease(dir->fs(), dir->dir());
+  auto text = store.read(meta_key(kLeaseRecordName));
+  if (!text.ok()) {
+    if (text.error().code() == ErrorCode::kNotFound) return std::optional<LeaseRecord>();
+    return std::move(text).error();
+  }
+  auto r = parse_record(*text);
+  if (!r.ok()) return std::move(r).error().context(store.describe(meta_key(kLeaseRecordName)));
+  return std::optional<LeaseRecord>(std::move(r).value());
+}
+
+Result<DirectoryLease> DirectoryLease::acquire(storage::Store& store, LeaseOwner owner,
+                                               WallTime now, LeaseOptions options) {
+  if (auto* dir = store.as_directory())
+    return acquire(dir->fs(), dir->dir(), std::move(owner), now, options);
+  const std::string where = store.location().str();
+  if (owner.job_id.empty())
+    return Error(ErrorCode::kInvalid, "lease of " + q(where) + ": empty job id");
+  auto s = std::make_unique<State>();
+  s->store = &store;
+  s->dir = where;
+  s->options = options;
+  s->timestamp_only = "a bucket has no locks: the lease is its record's conditional writes";
+  const std::string key = meta_key(kLeaseRecordName);
+  s->record = LeaseRecord{owner, to_unix_ms(now), to_unix_ms(now), random_token(), false};
+  auto existing = store.read_versioned(key);
+  if (!existing.ok() && existing.error().code() != ErrorCode::kNotFound)
+    return std::move(existing).error().context("lease of " + q(where));
+  storage::PutCondition condition = storage::PutCondition::if_absent();
+  if (existing.ok()) {
+    auto holder = parse_record(existing->data);
+    // The server's clock judges the age; without it (never so for S3), the record's own.
+    const Duration record_age =
+        existing->age ? *existing->age
+                      : (holder.ok() ? age(*holder, now) : Duration::zero());
+    if (record_age < options.stale_after) {
+      if (!holder.ok())
+        return Error(ErrorCode::kFenced,
+                     "checkpoint location " + q(where) + " has a lease record written " +
+                         format_duration(record_age) + " ago that does not parse (" +
+                         holder.error().message() + "); it is taken over only after " +
+                         format_duration(options.stale_after) + " without renewal");
+      return refuse(where, *holder, now,
+                    "its lease is taken over only after " + format_duration(options.stale_after) +
+                        " without renewal");
+    }
+    if (holder.ok()) s->previous = *holder;
+    condition = storage::PutCondition::if_match(existing->etag);
+  }
+  auto etag = store.put(key, record_json(s->record), condition);
+  if (!etag.ok()) {
+    const ErrorCode code = etag.error().code();
+    if (code != ErrorCode::kExists && code != ErrorCode::kFenced)
+      return std::move(etag).error().context("lease of " + q(where));
+    // Another starter won the same instant: name it.
+    auto winner = read_lease(store);
+    if (winner.ok() && *winner)
+      return refuse(where, **winner, now, "it took the lease at the same moment");
+    return Error(ErrorCode::kFenced, "checkpoint location " + q(where) +
+                                         ": another process took the lease at the same moment");
+  }
+  s->etag = std::move(*etag);
+  return DirectoryLease(std::move(s));
+}
+
+Duration DirectoryLease::renew_interval() const {
+  return std::max<Duration>(kLeaseRenewInterval, s_->options.stale_after / 3);
 }
 
 const LeaseRecord& DirectoryLease::record() const { return s_->record; }

@@ -19,6 +19,13 @@
 // believe they won; the loser learns it at its next renew() (kFenced). Epoch fencing of
 // commits stays the real guard where a lease cannot be proven.
 //
+// In a bucket the record is the object `.shardguard/lease`, and compare-and-swap replaces the
+// lock: it is created with If-None-Match: * (two starters: exactly one wins), renewed and taken
+// over with If-Match on the ETag the holder last saw (a renewal after someone else's take-over
+// fails with kFenced), so no instant exists where two holders both believe they won. There is
+// no flock: a holder is stale when the server's clock says its record was last written
+// `stale_after` ago (Date minus Last-Modified), whatever the hosts' clocks say.
+//
 // Time is an argument (now); the filesystem is injected. Thread-safety: a DirectoryLease is
 // used by one thread at a time; free functions are safe from any thread.
 #pragma once
@@ -32,6 +39,7 @@
 #include "core/clock.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
@@ -70,6 +78,10 @@ class DirectoryLease {
   // another live holder has it; other errors are I/O failures naming the file.
   static Result<DirectoryLease> acquire(Filesystem& fs, const std::string& checkpoint_dir,
                                         LeaseOwner owner, WallTime now, LeaseOptions options = {});
+  // The same for a Store: a directory as above, a bucket by conditional writes. `store` must
+  // outlive the lease.
+  static Result<DirectoryLease> acquire(storage::Store& store, LeaseOwner owner, WallTime now,
+                                        LeaseOptions options = {});
 
   DirectoryLease(DirectoryLease&&) noexcept;
   DirectoryLease& operator=(DirectoryLease&&) noexcept;
@@ -87,6 +99,8 @@ class DirectoryLease {
 
   const LeaseRecord& record() const;
   const std::string& checkpoint_dir() const;
+  // How often to renew: every second, or a third of stale_after when that is longer.
+  Duration renew_interval() const;
   bool holds_flock() const;
   // The holder this lease replaced (stale, dead or released uncleanly), for the log.
   const std::optional<LeaseRecord>& took_over_from() const;
@@ -101,6 +115,7 @@ class DirectoryLease {
 
 // The current holder's record; nullopt when there is none. kCorrupt names the file.
 Result<std::optional<LeaseRecord>> read_lease(Filesystem& fs, const std::string& checkpoint_dir);
+Result<std::optional<LeaseRecord>> read_lease(storage::Store& store);
 
 // "job 'a' (host h, pid 12, epoch 3), last renewed 400ms ago" for messages and status.
 std::string describe_holder(const LeaseRecord& record, WallTime now);

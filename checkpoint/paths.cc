@@ -152,4 +152,47 @@ bool is_safe_relative_path(std::string_view path) {
   return true;
 }
 
+std::string step_key(uint64_t step) { return step_dir_name(step); }
+
+std::string step_file_key(uint64_t step, std::string_view file) {
+  return step_dir_name(step) + "/" + std::string(file);
+}
+
+std::string manifest_key(uint64_t step) { return step_file_key(step, kManifestName); }
+
+std::string meta_key(std::string_view name) {
+  return std::string(kMetaDirName) + "/" + std::string(name);
+}
+
+std::string attempt_dir_name(uint64_t attempt) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "a%06llu", static_cast<unsigned long long>(attempt));
+  return buf;
+}
+
+std::optional<uint64_t> parse_attempt_dir_name(std::string_view name) {
+  if (!consume(name, "a")) return std::nullopt;
+  return parse_number<uint64_t>(name, 6);
+}
+
+std::string RankFiles::shard(uint32_t rank, uint32_t world_size, uint64_t attempt) const {
+  const std::string name = shard_file_name(rank, world_size);
+  return per_attempt ? attempt_dir_name(attempt) + "/" + name : name;
+}
+
+std::string RankFiles::sidecar(uint32_t rank, uint64_t attempt) const {
+  const std::string name = sidecar_name(rank);
+  return per_attempt ? attempt_dir_name(attempt) + "/" + name : name;
+}
+
+std::string quarantine_marker_key(const QuarantineName& q) {
+  return std::string(kQuarantineDirName) + "/" + quarantine_dir_name(q) + ".json";
+}
+
+std::optional<QuarantineName> parse_quarantine_marker_name(std::string_view name) {
+  if (!name.ends_with(".json")) return std::nullopt;
+  name.remove_suffix(5);
+  return parse_quarantine_dir_name(name);
+}
+
 }  // namespace shardguard::checkpoint

@@ -8,17 +8,16 @@
 
 #include "checkpoint/json_fields.h"
 #include "checkpoint/paths.h"
+#include "checkpoint/quarantine_record.h"
 #include "checkpoint/strict_json.h"
 
 namespace shardguard::checkpoint {
-namespace {
+namespace quarantine_detail {
 
 namespace json = boost::json;
 
 constexpr std::string_view kReasonFormat = "shardguard-quarantine";
 constexpr int kReasonVersion = 1;
-// Same-millisecond quarantines of one step are numbered; more than this is a bug.
-constexpr uint32_t kMaxSeq = 1000;
 
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
@@ -37,23 +36,29 @@ std::string iso_time(int64_t unix_ms) {
          t.substr(11, 2) + ":" + t.substr(13);
 }
 
-std::string reason_json(uint64_t step, const std::string& reason, int64_t unix_ms,
-                        const std::string& who) {
+// A bucket's mark adds the attempts it sets aside and the manifest it took (e.attempts,
+// e.manifest); a directory's reason file has neither.
+std::string reason_json(const QuarantineEntry& e, bool bucket) {
   json::object o;
   o["format"] = kReasonFormat;
   o["version"] = kReasonVersion;
-  o["step"] = step;
-  o["reason"] = reason;
-  o["quarantined_unix_ms"] = unix_ms;
-  o["time"] = iso_time(unix_ms);
-  o["who"] = who;
+  o["step"] = e.step;
+  o["reason"] = e.reason;
+  o["quarantined_unix_ms"] = e.quarantined_unix_ms;
+  o["time"] = iso_time(e.quarantined_unix_ms);
+  o["who"] = e.who;
+  if (bucket) {
+    json::array attempts;
+    for (uint64_t a : e.attempts) attempts.emplace_back(a);
+    o["attempts"] = std::move(attempts);
+    o["manifest"] = e.manifest ? json::value(*e.manifest) : json::value(nullptr);
+  }
   return json::serialize(o) + "\n";
 }
 
-// Fills reason and who from the reason file; strict, like every record we write.
-Status read_reason(Filesystem& fs, QuarantineEntry& e) {
-  const std::string path = join_path(e.dir, std::string(kQuarantineReasonName));
-  SG_ASSIGN_OR_RETURN(std::string text, fs.read_file(path));
+// Fills reason and who (and a mark's attempts and manifest) from `text`; strict, like every
+// record we write.
+Status parse_reason(std::string_view text, const std::string& path, QuarantineEntry& e) {
   auto parsed = [&]() -> Status {
     SG_ASSIGN_OR_RETURN(json::value root, parse_json_strict(text));
     SG_ASSIGN_OR_RETURN(auto f, JsonFields::of(root, ""));
@@ -72,10 +77,35 @@ Status read_reason(Filesystem& fs, QuarantineEntry& e) {
     (void)ms;  // the name's time is the one that counts (it is what gc reads)
     SG_ASSIGN_OR_RETURN(std::string time, f.string("time"));
     SG_ASSIGN_OR_RETURN(e.who, f.string("who"));
+    if (const json::value* attempts = f.optional("attempts")) {
+      if (!attempts->is_array()) return Error(ErrorCode::kCorrupt, "attempts: expected an array");
+      for (const json::value& a : attempts->get_array()) {
+        SG_ASSIGN_OR_RETURN(uint64_t n, json_u64(a, "attempts[]"));
+        e.attempts.push_back(n);
+      }
+    }
+    if (const json::value* manifest = f.optional("manifest")) {
+      if (manifest->is_string())
+        e.manifest = std::string(manifest->get_string());
+      else if (!manifest->is_null())
+        return Error(ErrorCode::kCorrupt, "manifest: expected a string or null");
+    }
     return f.finish();
   }();
   if (!parsed.ok()) return std::move(parsed).error().context(path);
   return {};
+}
+
+}  // namespace quarantine_detail
+
+namespace {
+
+using namespace quarantine_detail;
+
+Status read_reason(Filesystem& fs, QuarantineEntry& e) {
+  const std::string path = join_path(e.dir, std::string(kQuarantineReasonName));
+  SG_ASSIGN_OR_RETURN(std::string text, fs.read_file(path));
+  return parse_reason(text, path, e);
 }
 
 Status sync_both(Filesystem& fs, const std::string& a, const std::string& b) {
@@ -113,11 +143,15 @@ Result<QuarantineEntry> quarantine_step(Filesystem& fs, const std::string& check
     dst = join_path(root, quarantine_dir_name(name));
   }
 
-  QuarantineEntry entry{step, dst, name.unix_ms, reason, who.empty() ? default_who() : who, "", 0};
+  QuarantineEntry entry;
+  entry.step = step;
+  entry.dir = dst;
+  entry.quarantined_unix_ms = name.unix_ms;
+  entry.reason = reason;
+  entry.who = who.empty() ? default_who() : who;
   // The reason travels inside the directory, so the rename alone is the commit point.
   const std::string reason_path = join_path(src, std::string(kQuarantineReasonName));
-  SG_RETURN_IF_ERROR(
-      atomic_write_file(fs, reason_path, reason_json(step, reason, name.unix_ms, entry.who)));
+  SG_RETURN_IF_ERROR(atomic_write_file(fs, reason_path, reason_json(entry, /*bucket=*/false)));
   if (auto st = fs.rename(src, dst); !st.ok()) {
     (void)fs.remove(reason_path);
     return std::move(st).error().context("quarantine step " + std::to_string(step));
@@ -139,7 +173,10 @@ Result<std::vector<QuarantineEntry>> list_quarantined(Filesystem& fs,
   for (const DirEntry& d : entries) {
     auto name = parse_quarantine_dir_name(d.name);
     if (!name || !d.is_dir || d.is_symlink) continue;
-    QuarantineEntry e{name->step, join_path(root, d.name), name->unix_ms, "", "", "", 0};
+    QuarantineEntry e;
+    e.step = name->step;
+    e.dir = join_path(root, d.name);
+    e.quarantined_unix_ms = name->unix_ms;
     if (auto st = read_reason(fs, e); !st.ok()) e.problem = st.error().message();
     SG_ASSIGN_OR_RETURN(e.bytes, tree_bytes(fs, e.dir));
     found.emplace_back(*name, std::move(e));

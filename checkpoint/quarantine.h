@@ -9,6 +9,14 @@
 // Every move is a rename followed by an fsync of both parent directories, so a crash leaves
 // the step either in place or quarantined, never lost.
 //
+// A bucket has no rename: the mark is an object, `quarantine/step-N-<UTC time>.json`, holding
+// the reason, the attempts whose files it sets aside and the step's manifest as it was; the
+// step's manifest.json is deleted after the mark is written, which frees the step number
+// (data keys carry the attempt, so a new save of step N writes beside the old files, never
+// over them). A crash between the two leaves a manifest whose attempt is marked: it counts as
+// quarantined, never as complete. Unquarantining puts the manifest back with If-None-Match,
+// refused when the step was written again since.
+//
 // Callers are the directory's lease holder or an operator (`shardguard ckpt quarantine`):
 // two processes must not quarantine the same step at once. Thread-safety: no shared state;
 // independent calls may run on any thread.
@@ -16,12 +24,15 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "core/clock.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
@@ -36,6 +47,10 @@ struct QuarantineEntry {
   std::string who;                  // who set it aside ("shardguard ckpt quarantine ...")
   std::string problem;              // non-empty when the reason file is missing or unreadable
   uint64_t bytes = 0;               // list_quarantined(): what removing it would free
+  // A bucket's mark: its key, the attempts it sets aside and the manifest it took.
+  std::string key{};
+  std::vector<uint64_t> attempts{};
+  std::optional<std::string> manifest{};
 };
 
 // Moves `<checkpoint_dir>/step-N` aside with a reason file (reason, time, step, who) and makes
@@ -59,5 +74,19 @@ Status unquarantine(Filesystem& fs, const std::string& checkpoint_dir,
 // Returns the entry that was restored.
 Result<QuarantineEntry> unquarantine_step(Filesystem& fs, const std::string& checkpoint_dir,
                                           uint64_t step);
+
+// The same over a Store: a directory as above, a bucket by marks (see the header comment).
+Result<QuarantineEntry> quarantine_step(storage::Store& store, uint64_t step,
+                                        const std::string& reason, WallTime now,
+                                        const std::string& who = "");
+Result<std::vector<QuarantineEntry>> list_quarantined(storage::Store& store);
+Status unquarantine(storage::Store& store, const QuarantineEntry& entry);
+Result<QuarantineEntry> unquarantine_step(storage::Store& store, uint64_t step);
+// Deletes a quarantined step for good (gc after quarantine_keep): a directory's tree, or a
+// bucket's marked attempts' files and then the mark.
+Status remove_quarantined(storage::Store& store, const QuarantineEntry& entry);
+// A bucket's attempts of `step` set aside by marks (a directory: none, its quarantine moves
+// the files away).
+Result<std::set<uint64_t>> quarantined_attempts(storage::Store& store, uint64_t step);
 
 }  // namespace shardguard::checkpoint

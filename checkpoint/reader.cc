@@ -7,6 +7,8 @@
 #include "checkpoint/hf_index.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/shard_reader.h"
+#include "storage/connect.h"
+#include "storage/dir_store.h"
 
 namespace shardguard::checkpoint {
 namespace {
@@ -67,10 +69,11 @@ Status for_each_block(const std::vector<uint64_t>& shape, uint64_t element_bytes
 }  // namespace
 
 struct CheckpointReader::Impl {
+  std::shared_ptr<storage::Store> owned;  // a directory opened through a Filesystem
   std::string dir;
   Manifest manifest;
   ReaderOptions options;
-  ShardSet shards;  // refers to `manifest`: declared after it
+  ShardSet shards;  // refers to `manifest` and the store: declared after them
 
   static ReaderOptions normalised(ReaderOptions o) {
     o.io_threads = std::max(1, o.io_threads);
@@ -79,11 +82,14 @@ struct CheckpointReader::Impl {
     return o;
   }
 
-  Impl(Filesystem& f, std::string d, Manifest m, const ReaderOptions& o)
-      : dir(std::move(d)),
+  // Files under `prefix` of `store`; `d` is what dir() says (the step's path or URL).
+  Impl(std::shared_ptr<storage::Store> own, storage::Store& store, std::string prefix,
+       std::string d, Manifest m, const ReaderOptions& o)
+      : owned(std::move(own)),
+        dir(std::move(d)),
         manifest(std::move(m)),
         options(normalised(o)),
-        shards(f, dir, manifest, options) {}
+        shards(store, std::move(prefix), base_name(dir), manifest, options) {}
 
   Result<const TensorRecord*> find(std::string_view name) const {
     auto it = manifest.tensors.find(std::string(name));
@@ -126,8 +132,60 @@ Result<CheckpointReader> CheckpointReader::open(Filesystem& fs, const std::strin
 
 CheckpointReader CheckpointReader::from_manifest(Filesystem& fs, std::string dir,
                                                  Manifest manifest, const ReaderOptions& options) {
-  return CheckpointReader(
-      std::make_unique<Impl>(fs, std::move(dir), std::move(manifest), options));
+  auto store = std::make_shared<storage::DirectoryStore>(fs, dir);
+  storage::Store& s = *store;
+  return CheckpointReader(std::make_unique<Impl>(std::move(store), s, "", std::move(dir),
+                                                 std::move(manifest), options));
+}
+
+CheckpointReader CheckpointReader::from_manifest(storage::Store& store, uint64_t step,
+                                                 Manifest manifest, const ReaderOptions& options) {
+  return CheckpointReader(std::make_unique<Impl>(nullptr, store, step_key(step),
+                                                 store.describe(step_key(step)),
+                                                 std::move(manifest), options));
+}
+
+Result<CheckpointReader> CheckpointReader::open(std::shared_ptr<storage::Store> store,
+                                                uint64_t step, const ReaderOptions& options) {
+  if (auto* dir = store->as_directory())
+    return open(dir->fs(), dir->path(step_key(step)), options);
+  const std::string key = manifest_key(step);
+  SG_ASSIGN_OR_RETURN(std::string text, store->read(key));
+  SG_ASSIGN_OR_RETURN(Manifest manifest, parse_manifest(text, store->describe(key)));
+  storage::Store& s = *store;
+  return CheckpointReader(std::make_unique<Impl>(std::move(store), s, step_key(step),
+                                                 s.describe(step_key(step)), std::move(manifest),
+                                                 options));
+}
+
+Result<CheckpointReader> CheckpointReader::open_path_or_url(Filesystem& fs, const std::string& path,
+                                                            const ReaderOptions& options) {
+  if (!storage::is_bucket_url(path)) return open(fs, path, options);
+  std::string url = without_trailing_slash(path);
+  if (base_name(url) == kManifestName) url = url.substr(0, url.rfind('/'));
+  const auto slash = url.rfind('/');
+  const auto step = parse_step_dir_name(url.substr(slash + 1));
+  if (slash == std::string::npos || !step)
+    return Error(ErrorCode::kInvalid, "'" + path + "' is not a step of a bucket "
+                                               "(s3://BUCKET/PREFIX/step-NNNNNNNNN[/manifest.json])");
+  SG_ASSIGN_OR_RETURN(storage::Location loc, storage::Location::parse(url.substr(0, slash)));
+  storage::ConnectOptions c;
+  SG_ASSIGN_OR_RETURN(c.s3, storage::s3::s3_options_from_env([](std::string_view name) {
+    const char* v = ::getenv(std::string(name).c_str());
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  }));
+  SG_ASSIGN_OR_RETURN(auto conn, storage::connect(loc, std::move(c)));
+  return open(storage::shared_store(std::move(conn)), *step, options);
+}
+
+Result<CheckpointReader> CheckpointReader::open(storage::Store& store, uint64_t step,
+                                                const ReaderOptions& options) {
+  if (auto* dir = store.as_directory())
+    return open(dir->fs(), dir->path(step_key(step)), options);
+  const std::string key = manifest_key(step);
+  SG_ASSIGN_OR_RETURN(std::string text, store.read(key));
+  SG_ASSIGN_OR_RETURN(Manifest manifest, parse_manifest(text, store.describe(key)));
+  return from_manifest(store, step, std::move(manifest), options);
 }
 
 const Manifest& CheckpointReader::manifest() const { return impl_->manifest; }
@@ -179,7 +237,7 @@ Status CheckpointReader::read(std::string_view name, const Box& box,
         requests.push_back({&s, base, out.data(), e.byte_size()});
       } else {
         copied = impl_->shards.check_mapped(s, base, e.byte_size());
-        if (copied.ok()) std::memcpy(out.data(), s.data_of(e), e.byte_size());
+        if (copied.ok()) std::memcpy(out.data(), *impl_->shards.mapped(s) + base, e.byte_size());
       }
     } else {
       size_t inner = 0;
@@ -197,6 +255,7 @@ Status CheckpointReader::read(std::string_view name, const Box& box,
   }
   if (auto st = impl_->shards.execute_all(requests); !st.ok())
     return std::move(st).error().context(what);
+  if (impl_->options.on_read) impl_->options.on_read(out.size());
   return {};
 }
 
@@ -228,7 +287,8 @@ Result<uint64_t> CheckpointReader::tensor_xxh3_64(std::string_view name,
     const uint64_t at = (*shard)->header.file_offset(e);
     if (auto st = impl_->shards.check_mapped(**shard, at, e.byte_size()); !st.ok())
       return std::move(st).error().context("tensor " + quoted(name));
-    return XXH3_64bits((*shard)->data_of(e), e.byte_size());
+    SG_ASSIGN_OR_RETURN(const std::byte* file, impl_->shards.mapped(**shard));
+    return XXH3_64bits(file + at, e.byte_size());
   }
   const uint32_t bits = bit_size(t->dtype);
   if (bits % 8 != 0)

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -40,6 +41,7 @@
 #include "checkpoint/manifest.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
@@ -64,6 +66,8 @@ struct ReaderOptions {
   // Also hash every file whole (XXH3-128) before its first use, as format-1 files always
   // are (the job config's resume_verify = "checksum"). Block checks happen regardless.
   bool verify_whole_files = false;
+  // Told the bytes of each read() once it returned them (a long resume's progress).
+  std::function<void(uint64_t bytes)> on_read{};
 };
 
 class CheckpointReader {
@@ -77,12 +81,26 @@ class CheckpointReader {
   // A reader over an already parsed manifest whose files live in `dir`.
   static CheckpointReader from_manifest(Filesystem& fs, std::string dir, Manifest manifest,
                                         const ReaderOptions& options = {});
+  // The committed checkpoint of `step` in `store` (a directory or a bucket), which must
+  // outlive the reader. kNotFound when it has no manifest.
+  static Result<CheckpointReader> open(storage::Store& store, uint64_t step,
+                                       const ReaderOptions& options = {});
+  static CheckpointReader from_manifest(storage::Store& store, uint64_t step, Manifest manifest,
+                                        const ReaderOptions& options = {});
+  // The same, keeping `store` (and what it holds: a bucket's connection) alive.
+  static Result<CheckpointReader> open(std::shared_ptr<storage::Store> store, uint64_t step,
+                                       const ReaderOptions& options = {});
+  // A path as open(fs, path) takes, or a bucket's step URL ("s3://b/p/step-000000200", or its
+  // manifest.json), reached with SHARDGUARD_S3_* and AWS's own variables and files.
+  static Result<CheckpointReader> open_path_or_url(Filesystem& fs, const std::string& path,
+                                                   const ReaderOptions& options = {});
 
   ~CheckpointReader();
   CheckpointReader(CheckpointReader&&) noexcept;
   CheckpointReader& operator=(CheckpointReader&&) noexcept;
 
   const Manifest& manifest() const;
+  // The step directory's path, or its URL in a bucket ("s3://b/p/step-000000200").
   const std::string& dir() const;
   // Tensor names in sorted order.
   std::vector<std::string> tensor_names() const;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "checkpoint/paths.h"
+#include "storage/dir_store.h"
 #include "core/units.h"
 
 namespace shardguard::checkpoint {
@@ -15,7 +16,7 @@ std::string keep_last_text(uint32_t keep_last) {
 }
 
 Removal removal_of(const StepSpace& s, Removal::Kind kind, std::string why) {
-  return {kind, s.step, s.dir, s.bytes, "remove step " + std::to_string(s.step) + ": " + why};
+  return {kind, s.step, s.dir, s.bytes, "remove step " + std::to_string(s.step) + ": " + why, ""};
 }
 
 }  // namespace
@@ -92,6 +93,45 @@ Status remove_checkpoint_dir(Filesystem& fs, const std::string& dir) {
   return fs.sync_dir(parent_dir(dir));
 }
 
+Status remove_step(storage::Store& store, uint64_t step) {
+  if (auto* dir = store.as_directory())
+    return remove_checkpoint_dir(dir->fs(), dir->path(step_key(step)));
+  // Un-commit first: from here on the step reads as incomplete, never as complete.
+  SG_RETURN_IF_ERROR(store.remove(manifest_key(step)));
+  SG_ASSIGN_OR_RETURN(auto marked, quarantined_attempts(store, step));
+  SG_ASSIGN_OR_RETURN(auto objects, store.list_all(step_key(step)));
+  std::vector<std::string> keys;
+  for (auto& o : objects) {
+    const std::string rest = o.key.substr(step_key(step).size() + 1);
+    const auto attempt = parse_attempt_dir_name(rest.substr(0, rest.find('/')));
+    if (attempt && marked.contains(*attempt)) continue;  // evidence, until its own gc
+    keys.push_back(std::move(o.key));
+  }
+  SG_RETURN_IF_ERROR(store.remove_many(keys));
+  SG_RETURN_IF_ERROR(store.abort_uploads(step_key(step) + "/"));
+  return {};
+}
+
+Status apply_removal(storage::Store& store, const Removal& r) {
+  if (r.kind != Removal::Kind::kQuarantined) return remove_step(store, r.step);
+  if (auto* dir = store.as_directory()) return remove_checkpoint_dir(dir->fs(), r.dir);
+  SG_ASSIGN_OR_RETURN(auto all, list_quarantined(store));
+  for (const auto& e : all)
+    if (e.key == r.key) return remove_quarantined(store, e);
+  return {};  // gone already
+}
+
+Result<size_t> apply_retention(storage::Store& store, const std::vector<RetentionDecision>& plan) {
+  if (auto* dir = store.as_directory()) return apply_retention(dir->fs(), plan);
+  size_t removed = 0;
+  for (const auto& d : plan) {
+    if (!d.remove) continue;
+    SG_RETURN_IF_ERROR(remove_step(store, d.entry.step));
+    ++removed;
+  }
+  return removed;
+}
+
 Result<size_t> apply_retention(Filesystem& fs, const std::vector<RetentionDecision>& plan) {
   size_t removed = 0;
   for (const auto& d : plan) {
@@ -165,7 +205,8 @@ SpaceRecoveryPlan plan_space_recovery(const std::vector<StepSpace>& steps,
   for (const QuarantineEntry* e : q_by_age)
     candidates.push_back({Removal::Kind::kQuarantined, e->step, e->dir, e->bytes,
                           "remove quarantined step " + std::to_string(e->step) + " (" + e->reason +
-                              "), freeing " + format_size(e->bytes) + for_what});
+                              "), freeing " + format_size(e->bytes) + for_what,
+                          e->key});
 
   SpaceRecoveryPlan plan;
   for (const auto& r : candidates) plan.bytes_reclaimable += r.bytes;
@@ -198,7 +239,8 @@ std::vector<Removal> plan_quarantine_gc(const std::vector<QuarantineEntry>& quar
     if (e->quarantined_unix_ms > cutoff) continue;
     out.push_back({Removal::Kind::kQuarantined, e->step, e->dir, e->bytes,
                    "remove quarantined step " + std::to_string(e->step) + ": kept " +
-                       format_duration(keep) + " (quarantine_keep), reason was: " + e->reason});
+                       format_duration(keep) + " (quarantine_keep), reason was: " + e->reason,
+                   e->key});
   }
   return out;
 }

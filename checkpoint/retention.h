@@ -60,6 +60,7 @@ struct Removal {
   std::string dir;
   uint64_t bytes = 0;  // what it frees, as far as known (0: unknown)
   std::string why;     // "remove step 300: incomplete, its save failed"
+  std::string key{};   // kQuarantined in a bucket: the quarantine mark
 };
 std::string_view removal_kind_name(Removal::Kind kind);  // "incomplete", ...
 
@@ -67,6 +68,16 @@ std::string_view removal_kind_name(Removal::Kind kind);  // "incomplete", ...
 // the tree, then the parent's entry synced. A missing directory is success (idempotent);
 // a symbolic link or non-directory is refused with kInvalid and left alone.
 Status remove_checkpoint_dir(Filesystem& fs, const std::string& dir);
+
+// The same for a step of a Store: a directory as above; a bucket's manifest first, then
+// every file of the step but a quarantined attempt's (DeleteObjects, 1,000 keys a request),
+// then its unfinished multipart uploads. Removing what is not there is success.
+Status remove_step(storage::Store& store, uint64_t step);
+// Carries out one removal: a step (remove_step) or a quarantined one (its directory, or a
+// bucket's marked files and then the mark).
+Status apply_removal(storage::Store& store, const Removal& removal);
+// As apply_retention() above, over a Store.
+Result<size_t> apply_retention(storage::Store& store, const std::vector<RetentionDecision>& plan);
 
 // What a step directory holds, as the space planner and the tracker see it.
 struct StepSpace {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "checkpoint/paths.h"
+#include "storage/dir_store.h"
 
 namespace shardguard::checkpoint {
 
@@ -10,7 +11,30 @@ RetentionTracker::RetentionTracker(std::string checkpoint_dir, RetentionPolicy p
     : dir_(std::move(checkpoint_dir)), policy_(std::move(policy)) {}
 
 Status RetentionTracker::scan(Filesystem& fs, Verify verify) {
-  SG_ASSIGN_OR_RETURN(auto entries, list_checkpoints(fs, dir_, verify));
+  storage::DirectoryStore store(fs, dir_);
+  return scan(store, verify);
+}
+
+Status RetentionTracker::scan(storage::Store& store, Verify verify) {
+  auto* dir = store.as_directory();
+  if (dir == nullptr) {
+    // A bucket: no links; an incomplete step's bytes are what a listing of it sums.
+    SG_ASSIGN_OR_RETURN(auto entries, list_checkpoints(store, verify));
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+      uint64_t bytes = 0;
+      if (it->state == CheckpointState::kComplete) {
+        bytes = it->manifest->total_bytes();
+      } else {
+        SG_ASSIGN_OR_RETURN(auto objects, store.list_all(step_key(it->step)));
+        for (const auto& o : objects) bytes += o.size;
+      }
+      add(*it, bytes, false);
+    }
+    due_older_corrupt();
+    return {};
+  }
+  Filesystem& fs = dir->fs();
+  SG_ASSIGN_OR_RETURN(auto entries, list_checkpoints(store, verify));
   // Oldest first, so the window fills as it would have commit by commit.
   for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
     SG_ASSIGN_OR_RETURN(PathKind kind, fs.path_kind(it->dir));
@@ -192,7 +216,7 @@ std::vector<Removal> RetentionTracker::take_due() {
     if (s.space.state == CheckpointState::kIncomplete) kind = Removal::Kind::kIncomplete;
     if (s.space.state == CheckpointState::kCorrupt) kind = Removal::Kind::kCorrupt;
     out.push_back({kind, step, s.space.dir, s.space.bytes,
-                   "remove step " + std::to_string(step) + ": " + s.why});
+                   "remove step " + std::to_string(step) + ": " + s.why, ""});
     handed_.insert(step);
   }
   due_.clear();

@@ -43,6 +43,8 @@ class RetentionTracker {
   // symbolic links noted (never removed). Call before the first launch; every incomplete
   // step found is then a left-over of an older run.
   Status scan(Filesystem& fs, Verify verify = Verify::kSize);
+  // The same over a Store (a directory or a bucket; the tracker's directory is the store's).
+  Status scan(storage::Store& store, Verify verify = Verify::kSize);
   // As scan(), from a listing made elsewhere (sizes of incomplete steps unknown: 0).
   void seed(const std::vector<CatalogEntry>& newest_first);
 

@@ -22,12 +22,6 @@ std::string dims(std::span<const uint64_t> shape) {
   return out + "]";
 }
 
-std::string last_component(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  auto slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
 // The kernel copies from the page cache at about half speed when the destination and the
@@ -99,11 +93,11 @@ struct ShardSet::Slot {
   std::shared_ptr<const Shard> shard;  // by mu
 };
 
-ShardSet::ShardSet(Filesystem& fs, std::string dir, const Manifest& manifest,
-                   const ReaderOptions& options)
-    : fs_(&fs),
-      dir_(std::move(dir)),
-      dir_label_(last_component(dir_)),
+ShardSet::ShardSet(storage::Store& store, std::string prefix, std::string label,
+                   const Manifest& manifest, const ReaderOptions& options)
+    : store_(&store),
+      prefix_(std::move(prefix)),
+      dir_label_(std::move(label)),
       manifest_(&manifest),
       options_(options) {
   for (const auto& [name, t] : manifest.tensors)
@@ -134,22 +128,27 @@ Result<std::shared_ptr<const Shard>> ShardSet::get(const std::string& file) cons
 }
 
 Result<std::shared_ptr<const Shard>> ShardSet::open(const std::string& file) const {
-  const std::string path = join_path(dir_, file);
+  const std::string path = this->path(file);
   const FileRecord* rec = manifest_->find_file(file);
   if (rec == nullptr) return Error(ErrorCode::kCorrupt, path + ": not among the manifest's files");
   auto shard = std::make_shared<Shard>();
   shard->file = file;
-  shard->label = dir_label_ + "/" + file;
+  shard->key = key(file);
+  shard->label = dir_label_.empty() ? file : dir_label_ + "/" + file;
+  const bool bucket = store_->location().is_bucket();
   // The header is read with pread: through the mapping, its first page fault would read
-  // a whole readahead window (often MiBs) of the file around it.
-  SG_ASSIGN_OR_RETURN(shard->reader, fs_->open_for_read(path, {}));
+  // a whole readahead window (often MiBs) of the file around it. A bucket's size is checked
+  // by the first read past it (no lookup): the manifest's is taken as given.
+  SG_ASSIGN_OR_RETURN(shard->reader, store_->open_read(shard->key, {}, rec->size));
   const uint64_t size = shard->reader->size();
   if (size != rec->size)
     return Error(ErrorCode::kCorrupt, path + ": file is " + std::to_string(size) +
                                           " bytes, manifest lists " + std::to_string(rec->size));
-  SG_ASSIGN_OR_RETURN(shard->map, fs_->map_readonly(path));
-  if (shard->map->bytes().size() != size)
-    return Error(ErrorCode::kCorrupt, path + ": file changed size while being opened");
+  if (!bucket) {
+    SG_ASSIGN_OR_RETURN(shard->map, store_->map(shard->key));
+    if (shard->map->bytes().size() != size)
+      return Error(ErrorCode::kCorrupt, path + ": file changed size while being opened");
+  }
   if (rec->has_block_sums()) {
     if (!valid_checksum_block_bytes(rec->block_bytes) ||
         rec->block_xxh3.size() != checksum_block_count(rec->size, rec->block_bytes))
@@ -170,8 +169,11 @@ Result<std::shared_ptr<const Shard>> ShardSet::open(const std::string& file) con
     SG_RETURN_IF_ERROR(shard->reader->read_exact(0, head));
   }
   SG_ASSIGN_OR_RETURN(shard->header, parse_safetensors_header(head, size, path));
-  if (options_.direct_io) {
-    SG_ASSIGN_OR_RETURN(shard->direct_reader, fs_->open_for_read(path, {.direct = true}));
+  if (bucket) {
+    // Every read of a bucket is a ranged GET into a buffer, checked there, then copied.
+    SG_ASSIGN_OR_RETURN(shard->direct_reader, store_->open_read(shard->key, {}, rec->size));
+  } else if (options_.direct_io) {
+    SG_ASSIGN_OR_RETURN(shard->direct_reader, store_->open_read(shard->key, {.direct = true}));
     if (!shard->direct_reader->direct()) shard->direct_reader.reset();  // e.g. tmpfs
   }
   // Only the keys the manifest names in this file are ever looked up: a header may hold
@@ -192,13 +194,13 @@ Result<std::shared_ptr<const Shard>> ShardSet::open(const std::string& file) con
 // parsed: a flipped header byte is then reported as the bad block it is.
 Status ShardSet::check_header_blocks(Shard& s, std::vector<std::byte>& head) const {
   const BlockVerdicts& b = *s.blocks;
-  const uint64_t size = s.map->bytes().size();
+  const uint64_t size = s.size();
   if (size == 0) return {};
   head.resize(b.block_end(0));
   SG_RETURN_IF_ERROR(s.reader->read_exact(0, head));
   SG_RETURN_IF_ERROR(check_block(s, 0, head.data()));
   // A header longer than the first block (huge tensor tables): its other blocks too.
-  auto header_size = read_safetensors_header_size(head, size, join_path(dir_, s.file));
+  auto header_size = read_safetensors_header_size(head, size, path(s.file));
   if (!header_size.ok()) return {};  // parsing reports it
   const uint64_t end = std::min(size, kSafetensorsLengthPrefix + *header_size);
   if (end <= head.size()) return {};
@@ -213,21 +215,20 @@ Status ShardSet::check_header_blocks(Shard& s, std::vector<std::byte>& head) con
 // The whole-file XXH3-128, before the file's first use. For a file with block sums too
 // (verify_whole_files), a match vouches for every block and a mismatch is looked up by block.
 Status ShardSet::check_whole_file(Shard& s, const FileRecord& rec) const {
-  SG_ASSIGN_OR_RETURN(std::string sum, file_xxh3_128(*fs_, join_path(dir_, s.file)));
+  SG_ASSIGN_OR_RETURN(std::string sum, file_xxh3_128(*store_, s.key));
   if (sum == rec.xxh3_128) {
     if (s.blocks) s.blocks->mark_all_good();
     return {};
   }
   if (s.blocks) SG_RETURN_IF_ERROR(check_mapped(s, 0, rec.size));
-  note_failure({join_path(dir_, std::string(kManifestName)), s.file, std::nullopt, 0});
+  note_failure({path(kManifestName), s.file, std::nullopt, 0});
   return Error(ErrorCode::kCorrupt,
                s.label + ": checksum " + sum + " differs from manifest " + rec.xxh3_128);
 }
 
 Error ShardSet::block_error(const Shard& s, uint64_t k) const {
   const uint64_t offset = s.blocks->block_begin(k);
-  note_failure(
-      {join_path(dir_, std::string(kManifestName)), s.file, offset, s.blocks->block_bytes()});
+  note_failure({path(kManifestName), s.file, offset, s.blocks->block_bytes()});
   return Error(ErrorCode::kCorrupt,
                block_failure_message(s.label, offset, s.blocks->block_bytes()));
 }
@@ -251,9 +252,24 @@ Status ShardSet::copy_block_checked(const Shard& s, uint64_t k, const std::byte*
   return block_error(s, k);
 }
 
+Result<const std::byte*> ShardSet::mapped(const Shard& s) const {
+  if (s.map) return s.map->bytes().data();
+  std::lock_guard lock(s.map_mu);
+  if (!s.lazy_map) {
+    SG_ASSIGN_OR_RETURN(s.lazy_map, store_->map(s.key));
+    if (s.lazy_map->bytes().size() != s.size()) {
+      const uint64_t got = s.lazy_map->bytes().size();
+      s.lazy_map.reset();
+      return Error(ErrorCode::kCorrupt, path(s.file) + ": object is " + std::to_string(got) +
+                                            " bytes, manifest lists " + std::to_string(s.size()));
+    }
+  }
+  return s.lazy_map->bytes().data();
+}
+
 Status ShardSet::check_mapped(const Shard& s, uint64_t offset, uint64_t length) const {
   if (!s.blocks || length == 0) return {};
-  const std::byte* file = s.map->bytes().data();
+  SG_ASSIGN_OR_RETURN(const std::byte* file, mapped(s));
   for (uint64_t k = s.blocks->block_of(offset), last = s.blocks->block_of(offset + length - 1);
        k <= last; ++k)
     if (!s.blocks->known_good(k))
@@ -264,7 +280,7 @@ Status ShardSet::check_mapped(const Shard& s, uint64_t offset, uint64_t length) 
 Status ShardSet::copy_region_checked(const Shard& s, uint64_t base, const Box& src_box,
                                      std::byte* dst, const Box& dst_box, const Box& region,
                                      size_t element_bytes) const {
-  const std::byte* file = s.map->bytes().data();
+  SG_ASSIGN_OR_RETURN(const std::byte* file, mapped(s));
   if (!s.blocks) {
     copy_region(file + base, src_box, dst, dst_box, region, element_bytes);
     return {};
@@ -330,7 +346,7 @@ uint64_t ShardSet::piece_bytes(const Shard& s) const {
 Status ShardSet::copy_cached(const ReadRequest& r, bool warm) const {
   const Shard& s = *r.shard;
   if (warm && !pread_copies_fast(r)) {
-    std::memcpy(r.dst, s.map->bytes().data() + r.file_offset, r.len);
+    std::memcpy(r.dst, s.map->bytes().data() + r.file_offset, r.len);  // warm: a mapped file
     return {};
   }
   return s.reader->read_exact(r.file_offset, {r.dst, r.len});
@@ -342,13 +358,14 @@ Status ShardSet::copy_cached(const ReadRequest& r, bool warm) const {
 // copied out of it.
 Status ShardSet::execute(const ReadRequest& r, std::unique_ptr<DirectIoBuffer>& buffer) const {
   const Shard& s = *r.shard;
-  const auto cached = s.map->resident_bytes(r.file_offset, r.len);
+  // A bucket's object has no page cache here: it is read by ranged GETs (direct_reader).
+  const auto cached = s.map ? s.map->resident_bytes(r.file_offset, r.len) : std::nullopt;
   const bool warm = cached && *cached * 2 >= r.len;
   const bool checked = !s.blocks || s.blocks->all_known_good(r.file_offset, r.len);
   if (!warm && s.direct_reader) return read_direct(r, checked, buffer);
   if (checked) return copy_cached(r, warm);
   const BlockVerdicts& b = *s.blocks;
-  const std::byte* file = s.map->bytes().data();
+  SG_ASSIGN_OR_RETURN(const std::byte* file, mapped(s));
   const uint64_t end = r.file_offset + r.len;
   for (uint64_t k = b.block_of(r.file_offset), last = b.block_of(end - 1); k <= last; ++k) {
     const uint64_t from = std::max(r.file_offset, b.block_begin(k));

@@ -32,24 +32,30 @@
 #include "checkpoint/safetensors.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
-// One opened shard. Immutable once opened, except the block verdicts.
+// One opened shard. Immutable once opened, except the block verdicts and a bucket's lazy
+// mapping.
 struct Shard {
   std::string file;   // relative to the step directory
+  std::string key;    // in the store
   std::string label;  // "<step directory's name>/<file>", for messages
+  // A directory's file: mapped at open. A bucket's object: fetched whole on the first read
+  // that needs a mapping (short runs of a resharded box, sub-byte tensors), else null.
   std::unique_ptr<MappedFile> map;
+  mutable std::mutex map_mu;
+  mutable std::unique_ptr<MappedFile> lazy_map;     // by map_mu
   std::unique_ptr<RandomAccessFile> reader;         // pread through the page cache
-  std::unique_ptr<RandomAccessFile> direct_reader;  // O_DIRECT pread; null when not used
+  // O_DIRECT pread, or a bucket's ranged GETs; null when not used.
+  std::unique_ptr<RandomAccessFile> direct_reader;
   SafetensorsHeader header;
   // Into header.tensors: the keys the manifest's chunks name in this file, and no others.
   std::unordered_map<std::string, const TensorEntry*> by_key;
   std::unique_ptr<BlockVerdicts> blocks;  // null: nothing left to check by block
 
-  const std::byte* data_of(const TensorEntry& e) const {
-    return map->bytes().data() + header.file_offset(e);
-  }
+  uint64_t size() const { return reader->size(); }
 };
 
 // A run of `len` bytes at `file_offset` of `shard` that goes to `dst`.
@@ -62,14 +68,19 @@ struct ReadRequest {
 
 class ShardSet {
  public:
-  // `manifest` must outlive the set; files are found in `dir`.
-  ShardSet(Filesystem& fs, std::string dir, const Manifest& manifest, const ReaderOptions& options);
+  // `manifest` and `store` must outlive the set; files are found under the key `prefix`
+  // (a step's key, or "" when the store is rooted at the step directory itself); `label`
+  // names that place in messages ("step-000000200").
+  ShardSet(storage::Store& store, std::string prefix, std::string label, const Manifest& manifest,
+           const ReaderOptions& options);
   ~ShardSet();
 
   // The shard `file`, opened and checked on first use. A failed open is not remembered:
   // the next call tries again.
   Result<std::shared_ptr<const Shard>> get(const std::string& file) const;
 
+  // The whole file's bytes: its mapping (a bucket's object is fetched once, here).
+  Result<const std::byte*> mapped(const Shard& s) const;
   // Checks the blocks of `s` overlapping [offset, offset + length) that are not known good,
   // hashing them from the mapping.
   Status check_mapped(const Shard& s, uint64_t offset, uint64_t length) const;
@@ -108,8 +119,11 @@ class ShardSet {
     const ChunkRecord* chunk;
   };
 
-  Filesystem* fs_;
-  std::string dir_;
+  std::string key(std::string_view file) const { return storage::join_key(prefix_, file); }
+  std::string path(std::string_view file) const { return store_->describe(key(file)); }
+
+  storage::Store* store_;
+  std::string prefix_;
   std::string dir_label_;
   const Manifest* manifest_;
   ReaderOptions options_;

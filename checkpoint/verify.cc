@@ -16,6 +16,7 @@
 
 #include "checkpoint/paths.h"
 #include "checkpoint/safetensors.h"
+#include "storage/dir_store.h"
 
 namespace shardguard::checkpoint {
 namespace {
@@ -112,9 +113,16 @@ Status for_each_direct_block(const RandomAccessFile& file,
 
 // Calls fn(bytes, n) over the whole file in order, in steps of kHashStep: through a mapping
 // when the file is in the page cache; a large file mostly not in it (as after an O_DIRECT
-// save) is read with O_DIRECT, several steps ahead of fn.
-Status for_each_step(Filesystem& fs, const std::string& path,
+// save) is read with O_DIRECT, several steps ahead of fn; a bucket's object by ranged GETs,
+// as many ahead.
+Status for_each_step(storage::Store& store, const std::string& key,
                      const std::function<void(const std::byte*, uint64_t)>& fn) {
+  if (store.as_directory() == nullptr) {
+    SG_ASSIGN_OR_RETURN(auto remote, store.open_read(key));
+    return for_each_direct_block(*remote, fn);
+  }
+  const std::string path = store.as_directory()->path(key);
+  Filesystem& fs = store.as_directory()->fs();
   SG_ASSIGN_OR_RETURN(auto mapped, fs.map_readonly(path));
   const auto bytes = mapped->bytes();
   const auto resident = mapped->resident_bytes(0, bytes.size());
@@ -129,15 +137,15 @@ Status for_each_step(Filesystem& fs, const std::string& path,
 }
 
 // XXH3-128 of the whole file and, with block_bytes != 0, the sums of its blocks.
-Result<FileRecord> hash_file(Filesystem& fs, const std::string& path, uint64_t block_bytes,
-                             const std::function<void(uint64_t)>& on_bytes) {
+Result<FileRecord> hash_file(storage::Store& store, const std::string& key,
+                             uint64_t block_bytes, const std::function<void(uint64_t)>& on_bytes) {
   std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
                                                                  &XXH3_freeState);
   if (!state) return Error(ErrorCode::kInternal, "XXH3_createState failed");
   XXH3_128bits_reset(state.get());
   std::optional<BlockHasher> blocks;
   if (block_bytes != 0) blocks.emplace(block_bytes);
-  SG_RETURN_IF_ERROR(for_each_step(fs, path, [&](const std::byte* p, uint64_t n) {
+  SG_RETURN_IF_ERROR(for_each_step(store, key, [&](const std::byte* p, uint64_t n) {
     XXH3_128bits_update(state.get(), p, n);
     if (blocks) blocks->update({p, n});
     if (on_bytes) on_bytes(n);
@@ -154,10 +162,16 @@ Result<FileRecord> hash_file(Filesystem& fs, const std::string& path, uint64_t b
 
 }  // namespace
 
+Result<std::string> file_xxh3_128(storage::Store& store, const std::string& key,
+                                  const std::function<void(uint64_t)>& on_bytes) {
+  SG_ASSIGN_OR_RETURN(FileRecord sums, hash_file(store, key, 0, on_bytes));
+  return std::move(sums.xxh3_128);
+}
+
 Result<std::string> file_xxh3_128(Filesystem& fs, const std::string& path,
                                   const std::function<void(uint64_t)>& on_bytes) {
-  SG_ASSIGN_OR_RETURN(FileRecord sums, hash_file(fs, path, 0, on_bytes));
-  return std::move(sums.xxh3_128);
+  storage::DirectoryStore store(fs, parent_dir(path));
+  return file_xxh3_128(store, path.substr(path.find_last_of('/') + 1), on_bytes);
 }
 
 Result<FileRecord> file_checksums(Filesystem& fs, const std::string& path, uint64_t block_bytes,
@@ -165,7 +179,8 @@ Result<FileRecord> file_checksums(Filesystem& fs, const std::string& path, uint6
   if (!valid_checksum_block_bytes(block_bytes))
     return Error(ErrorCode::kInvalid, "checksum block size " + std::to_string(block_bytes) +
                                           " is not a power of two from 4 KiB to 64 MiB");
-  return hash_file(fs, path, block_bytes, on_bytes);
+  storage::DirectoryStore store(fs, parent_dir(path));
+  return hash_file(store, path.substr(path.find_last_of('/') + 1), block_bytes, on_bytes);
 }
 
 namespace {
@@ -197,9 +212,9 @@ struct ChunkRef {
 // Full verification reads every byte; the header among them must also parse as safetensors
 // and hold every chunk the manifest places in the file, with its dtype and shape. Checksums
 // alone pass a header no reader can use (the manifest's sums may have been computed over it).
-Status check_shard_header(Filesystem& fs, const std::string& path, const std::string& name,
+Status check_shard_header(storage::Store& store, const std::string& key, const std::string& name,
                           const std::vector<ChunkRef>& chunks) {
-  SG_ASSIGN_OR_RETURN(auto file, fs.open_for_read(path, {}));
+  SG_ASSIGN_OR_RETURN(auto file, store.open_read(key));
   std::vector<std::byte> head(std::min<uint64_t>(file->size(), kSafetensorsLengthPrefix));
   SG_RETURN_IF_ERROR(file->read_exact(0, head));
   SG_ASSIGN_OR_RETURN(uint64_t n, read_safetensors_header_size(head, file->size(), name));
@@ -227,9 +242,9 @@ Status check_shard_header(Filesystem& fs, const std::string& path, const std::st
 
 }  // namespace
 
-Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Manifest& manifest,
+Status verify_checkpoint(storage::Store& store, std::string_view prefix, const Manifest& manifest,
                          Verify verify, VerifyProgress progress, ChecksumFailure* failure) {
-  const std::string label = dir_label(step_dir);
+  const std::string label = dir_label(store.describe(prefix));
   if (auto step = parse_step_dir_name(label); step && *step != manifest.step)
     return corrupt(label + "/" + std::string(kManifestName),
                    "step " + std::to_string(manifest.step) + " differs from the directory's " +
@@ -241,26 +256,39 @@ Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Mani
     for (const auto& [tensor_name, t] : manifest.tensors)
       for (const ChunkRecord& c : t.chunks)
         chunks_by_file[c.file].push_back({&tensor_name, &t, &c});
+  // A bucket's sizes come from one listing of the step, not a HEAD per file.
+  std::optional<std::map<std::string, uint64_t>> listed;
+  if (store.as_directory() == nullptr) {
+    SG_ASSIGN_OR_RETURN(auto objects, store.list_all(prefix));
+    listed.emplace();
+    for (auto& o : objects) listed->emplace(std::move(o.key), o.size);
+  }
   for (const FileRecord& f : manifest.files) {
     const std::string name = label + "/" + f.path;
-    const std::string path = join_path(step_dir, f.path);
-    auto size = fs.file_size(path);
-    if (!size.ok()) {
-      if (size.error().code() == ErrorCode::kNotFound) return corrupt(name, "missing");
-      return std::move(size).error();
+    const std::string key = storage::join_key(prefix, f.path);
+    uint64_t size = 0;
+    if (listed) {
+      auto it = listed->find(key);
+      if (it == listed->end()) return corrupt(name, "missing");
+      size = it->second;
+    } else {
+      SG_ASSIGN_OR_RETURN(auto info, store.stat(key));
+      if (!info) return corrupt(name, "missing");
+      size = info->size;
     }
-    if (*size != f.size)
-      return corrupt(name, "size " + std::to_string(*size) + " differs from manifest " +
+    if (size != f.size)
+      return corrupt(name, "size " + std::to_string(size) + " differs from manifest " +
                                std::to_string(f.size));
     if (verify == Verify::kChecksum && (!f.xxh3_128.empty() || f.has_block_sums())) {
-      SG_ASSIGN_OR_RETURN(FileRecord sums, hash_file(fs, path, f.block_bytes, [&](uint64_t n) {
+      SG_ASSIGN_OR_RETURN(FileRecord sums, hash_file(store, key, f.block_bytes, [&](uint64_t n) {
                             done += n;
                             if (progress) progress(done, total);
                           }));
       // A file listed without a whole-file sum (never written so) is checked by blocks.
       if (f.xxh3_128.empty()) sums.xxh3_128.clear();
       if (auto st = compare_sums(name, f, sums, failure); !st.ok()) {
-        if (failure != nullptr) failure->manifest = join_path(step_dir, std::string(kManifestName));
+        if (failure != nullptr)
+          failure->manifest = store.describe(storage::join_key(prefix, kManifestName));
         return st;
       }
     } else {
@@ -268,10 +296,16 @@ Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Mani
       if (progress) progress(done, total);
     }
     if (auto it = chunks_by_file.find(f.path); it != chunks_by_file.end()) {
-      SG_RETURN_IF_ERROR(check_shard_header(fs, path, name, it->second));
+      SG_RETURN_IF_ERROR(check_shard_header(store, key, name, it->second));
     }
   }
   return {};
+}
+
+Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Manifest& manifest,
+                         Verify verify, VerifyProgress progress, ChecksumFailure* failure) {
+  storage::DirectoryStore store(fs, step_dir);
+  return verify_checkpoint(store, "", manifest, verify, std::move(progress), failure);
 }
 
 }  // namespace shardguard::checkpoint

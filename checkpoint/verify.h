@@ -15,6 +15,7 @@
 #include "checkpoint/manifest.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
@@ -32,6 +33,9 @@ using VerifyProgress = std::function<void(uint64_t done, uint64_t total)>;
 // with the n bytes just hashed.
 Result<std::string> file_xxh3_128(Filesystem& fs, const std::string& path,
                                   const std::function<void(uint64_t)>& on_bytes = {});
+// The same for `key` of a store (a bucket's object by ranged GETs, a few ahead of the hash).
+Result<std::string> file_xxh3_128(storage::Store& store, const std::string& key,
+                                  const std::function<void(uint64_t)>& on_bytes = {});
 
 // The same pass, also computing the XXH3-64 of each block of `block_bytes` (a valid
 // checksum block size) into the result's block_xxh3.
@@ -46,6 +50,11 @@ Result<FileRecord> file_checksums(Filesystem& fs, const std::string& path, uint6
 // block) on the first mismatch; other I/O errors as they come. On a checksum mismatch, `*failure`
 // (when given) says where.
 Status verify_checkpoint(Filesystem& fs, const std::string& step_dir, const Manifest& manifest,
+                         Verify verify, VerifyProgress progress = {},
+                         ChecksumFailure* failure = nullptr);
+// The same for the step under key `prefix` of a store ("step-000000200"); a bucket's sizes
+// come from one listing of the step.
+Status verify_checkpoint(storage::Store& store, std::string_view prefix, const Manifest& manifest,
                          Verify verify, VerifyProgress progress = {},
                          ChecksumFailure* failure = nullptr);
 

@@ -18,6 +18,7 @@
 #include "checkpoint/block_writer.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/safetensors.h"
+#include "storage/dir_store.h"
 
 namespace shardguard::checkpoint {
 namespace {
@@ -60,7 +61,8 @@ std::string u64_list_json(const std::vector<uint64_t>& v) {
 }  // namespace
 
 struct ShardWriter::Impl {
-  Filesystem* fs;
+  std::shared_ptr<storage::Store> owned;  // the Filesystem constructor's directory
+  storage::Store* store = nullptr;
   WriterOptions opt;
   std::vector<PendingTensor> tensors;
   RankState rank_state{"", "null", "null"};
@@ -69,8 +71,10 @@ struct ShardWriter::Impl {
   const std::byte* staged = nullptr;  // the whole file image, after snapshot() or place()
   const StagingBuffer* staged_in = nullptr;
 
-  std::string step_dir() const { return join_path(opt.checkpoint_dir, step_dir_name(opt.step)); }
-  std::string shard_name() const { return shard_file_name(opt.rank, opt.world_size); }
+  RankFiles files() const { return RankFiles{store->location().is_bucket()}; }
+  // The shard's path inside the step ("shard-...", or "a000003/shard-..." in a bucket).
+  std::string shard_name() const { return files().shard(opt.rank, opt.world_size, opt.attempt); }
+  std::string key(std::string_view file) const { return step_file_key(opt.step, file); }
 
   Status add(PendingTensor t) {
     if (t.name.empty()) return Error(ErrorCode::kInvalid, "tensor name is empty");
@@ -169,16 +173,20 @@ struct ShardWriter::Impl {
   }
 
   Status check_fencing() {
-    const std::string manifest = join_path(step_dir(), std::string(kManifestName));
-    SG_ASSIGN_OR_RETURN(bool committed, fs->exists(manifest));
+    SG_ASSIGN_OR_RETURN(auto committed, store->stat(manifest_key(opt.step)));
     if (committed)
       return Error(ErrorCode::kFenced, "step " + std::to_string(opt.step) +
-                                           " is already committed ('" + manifest +
+                                           " is already committed ('" +
+                                           store->describe(manifest_key(opt.step)) +
                                            "'); a committed step is never rewritten");
-    const std::string own = join_path(step_dir(), sidecar_name(opt.rank));
-    SG_ASSIGN_OR_RETURN(bool has_sidecar, fs->exists(own));
+    // A bucket's attempts write under keys of their own: a newer one's files are elsewhere,
+    // and its commit (or the lease) fences this one.
+    if (files().per_attempt) return {};
+    const std::string own_key = key(files().sidecar(opt.rank, opt.attempt));
+    const std::string own = store->describe(own_key);
+    SG_ASSIGN_OR_RETURN(auto has_sidecar, store->stat(own_key));
     if (has_sidecar) {
-      auto text = fs->read_file(own);
+      auto text = store->read(own_key);
       if (text.ok()) {
         auto old = parse_sidecar(*text, own);
         if (old.ok() && old->attempt > opt.attempt)
@@ -218,7 +226,14 @@ struct ShardWriter::Impl {
 
 ShardWriter::ShardWriter(Filesystem& fs, WriterOptions options)
     : impl_(std::make_unique<Impl>()) {
-  impl_->fs = &fs;
+  impl_->owned = std::make_shared<storage::DirectoryStore>(fs, options.checkpoint_dir);
+  impl_->store = impl_->owned.get();
+  impl_->opt = std::move(options);
+}
+
+ShardWriter::ShardWriter(storage::Store& store, WriterOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->store = &store;
   impl_->opt = std::move(options);
 }
 ShardWriter::~ShardWriter() = default;
@@ -304,38 +319,49 @@ Result<Sidecar> ShardWriter::finish() {
     return Error(ErrorCode::kInvalid, "step " + std::to_string(opt.step) +
                                           ": placeholder tensors were never placed in staging");
 
-  const std::string dir = m.step_dir();
-  SG_RETURN_IF_ERROR(m.fs->create_dirs(dir));
-  SG_RETURN_IF_ERROR(m.fs->sync_dir(opt.checkpoint_dir));
+  storage::Store& store = *m.store;
+  if (auto* dir = store.as_directory()) {
+    // The step directory's entry is durable before anything is written into it.
+    SG_RETURN_IF_ERROR(dir->fs().create_dirs(dir->path(step_key(opt.step))));
+    SG_RETURN_IF_ERROR(dir->fs().sync_dir(dir->dir()));
+  }
   SG_RETURN_IF_ERROR(m.check_fencing());
 
-  const std::string final_path = join_path(dir, m.shard_name());
-  const std::string tmp_path = join_path(dir, temp_name(m.shard_name(), opt.attempt, ::getpid()));
+  const std::string shard_key = m.key(m.shard_name());
+  const BlockWriteOptions block_options{opt.io_threads, opt.block_size, opt.direct_io,
+                                        opt.checksum_block_bytes, opt.on_written};
+  storage::UploadOptions upload_options;
+  upload_options.size = m.layout->file_size;
+  upload_options.part_bytes = image_part_bytes(block_options);
+  upload_options.direct_io = opt.direct_io;
+  upload_options.temp_key = m.key(temp_name(m.shard_name(), opt.attempt, ::getpid()));
+  upload_options.interrupt = opt.interrupt;
+  SG_ASSIGN_OR_RETURN(auto upload, store.begin_upload(shard_key, upload_options));
   auto segs = m.segments();
-  SG_ASSIGN_OR_RETURN(
-      FileChecksums checksums,
-      write_file_image(*m.fs, tmp_path, segs, m.layout->file_size,
-                       {opt.io_threads, opt.block_size, opt.direct_io, opt.checksum_block_bytes}));
+  SG_ASSIGN_OR_RETURN(FileChecksums checksums,
+                      write_image(*upload, segs, m.layout->file_size, block_options));
   // Last look before publishing: a committer may have sealed the step meanwhile.
   if (auto st = m.check_fencing(); !st.ok()) {
-    (void)m.fs->remove(tmp_path);
+    upload->abort();
     return std::move(st).error();
   }
-  if (auto st = m.fs->rename(tmp_path, final_path); !st.ok()) {
-    (void)m.fs->remove(tmp_path);
+  if (auto st = upload->publish(); !st.ok()) {
+    upload->abort();
+    (void)store.remove(shard_key);
     return std::move(st).error();
   }
   Sidecar sidecar = m.make_sidecar(std::move(checksums));
-  const std::string sidecar_path = join_path(dir, sidecar_name(opt.rank));
-  // The shard's name is durable before the sidecar that points at it appears.
-  Status published = m.fs->sync_dir(dir);
-  if (published.ok())
-    published = atomic_write_file(*m.fs, sidecar_path, sidecar_to_json(sidecar));
+  const std::string sidecar_key = m.key(m.files().sidecar(opt.rank, opt.attempt));
+  // The shard is durable and visible before the sidecar that points at it appears. In a
+  // bucket the sidecar's key is this attempt's own: never written twice.
+  auto published = store.put(sidecar_key, sidecar_to_json(sidecar),
+                             m.files().per_attempt ? storage::PutCondition::if_absent()
+                                                   : storage::PutCondition::none());
   if (!published.ok()) {
     // A failed save leaves nothing of this rank: no orphan shard (on a full disk it is the
     // space to give back), and no sidecar whose durability is unknown.
-    (void)m.fs->remove(sidecar_path);
-    (void)m.fs->remove(final_path);
+    if (published.error().code() != ErrorCode::kExists) (void)store.remove(sidecar_key);
+    (void)store.remove(shard_key);
     return std::move(published).error();
   }
   return sidecar;

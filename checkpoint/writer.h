@@ -1,11 +1,12 @@
 // Writes one rank's part of a checkpoint: its shard (a safetensors file) and its sidecar.
 //
 // Usage: add tensors or chunks, set the rank (and, on rank 0, the global) state, then
-// finish(): the shard is written to a temporary name by several threads in large blocks
-// (O_DIRECT where the filesystem allows), its XXH3-128 and block checksums (format 2)
-// computed in the same pass, fsynced, renamed into place; then the sidecar is written the
-// same way. The checkpoint is not complete until a committer writes the manifest
-// (checkpoint/commit.h).
+// finish(): the shard is written by several threads in large blocks, its XXH3-128 and block
+// checksums (format 2) computed in the same pass; in a directory to a temporary name
+// (O_DIRECT where the filesystem allows), fsynced and renamed into place, then the sidecar
+// the same way; in a bucket as a multipart upload (one part a block) under this attempt's own
+// keys, then the sidecar in one PUT (checkpoint/paths.h draws both). The checkpoint is not
+// complete until a committer writes the manifest (checkpoint/commit.h).
 //
 // snapshot() copies every added tensor into a reusable staging buffer (checkpoint/staging.h),
 // after which the caller may change its tensors while finish() runs on another thread
@@ -17,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -28,11 +30,13 @@
 #include "checkpoint/staging.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 
 namespace shardguard::checkpoint {
 
 struct WriterOptions {
-  std::string checkpoint_dir;  // the parent of the step directories
+  // The parent of the step directories, for the Filesystem constructor; a Store knows its own.
+  std::string checkpoint_dir;
   std::string job_id = "job";
   uint64_t step = 0;
   uint64_t attempt = 0;
@@ -45,11 +49,20 @@ struct WriterOptions {
   // checks. Smaller blocks make reads of small boxes check fewer bytes; more sums make
   // a larger manifest (19 bytes of JSON per block).
   uint64_t checksum_block_bytes = kDefaultChecksumBlockBytes;
+  // Asked before each block (and, for a bucket, while it is sent): a reason stops finish()
+  // with kCancelled and nothing of this rank's part is left (the save was abandoned, or its
+  // deadline passed).
+  storage::Interrupt interrupt{};
+  // Told each block's bytes once they are written (a long save's progress). Any thread.
+  std::function<void(uint64_t bytes)> on_written{};
 };
 
 class ShardWriter {
  public:
+  // Into the directory options.checkpoint_dir.
   ShardWriter(Filesystem& fs, WriterOptions options);
+  // Into `store` (a directory or a bucket), which must outlive the writer.
+  ShardWriter(storage::Store& store, WriterOptions options);
   ~ShardWriter();
   ShardWriter(ShardWriter&&) noexcept;
   ShardWriter& operator=(ShardWriter&&) noexcept;
