@@ -2,8 +2,8 @@
 // Shard headers near the format's 100 MB limit, legal, in the shapes a hostile or careless
 // writer can give them: `ckpt inspect --hash` and `ckpt verify --full` over two such shards
 // stay within 4x the headers' size in memory (peak RSS of the real process) and a bounded
-// CPU time. The target is 2 s of wall time on an idle machine; CI shares two cores between
-// several builds, so the test bounds CPU seconds (user + system) at 1.5x that and prints both.
+// CPU time: under half of the 16 s the finding took (CPU seconds, user + system, printed with
+// the wall time; the speed itself is docs/perf.md's, not a timed test's).
 #include <sys/resource.h>
 
 #include <catch2/catch.hpp>
@@ -62,8 +62,11 @@ TEST_CASE("inspect --hash and verify --full over two 100 MB shard headers", "[in
       CHECK(r.exit_code == 0);
     }
     CHECK(r.max_rss_kib <= static_cast<long>(4 * kShards * kHeaderBytes / 1024) + kBaselineKib);
-    // 2.1 s for the 1.6 M zero-size tensors since the shard's key map holds only the keys
-    // the manifest names (4.6 s when it held every header entry).
-    CHECK(r.cpu_seconds < 3.0);
+    // The finding was 16 s. 2.1 s for the 1.6 M zero-size tensors on an idle VM once the
+    // shard's key map held only the keys the manifest names (4.6 s when it held every header
+    // entry); the same binary (a8a4d2e) measured 3.6-5.5 s of CPU on the CI VM in Dec 2026
+    // with no change of the code, so the bound is half the finding, not a fraction of an
+    // idle machine's best.
+    CHECK(r.cpu_seconds < 8.0);
   }
 }
