@@ -16,6 +16,7 @@
 #include "checkpoint/reader.h"
 #include "checkpoint/retention.h"
 #include "cli/ckpt_export_command.h"
+#include "cli/ckpt_location.h"
 #include "cli/ckpt_quarantine_command.h"
 #include "core/clock.h"
 #include "core/exit_codes.h"
@@ -39,42 +40,11 @@ int fail(const Error& e, int code = kExitFailure) {
 // Text from a manifest, sidecar or reason file, for the terminal.
 std::string shown(std::string_view text) { return escape_for_terminal(text); }
 
-// Every ckpt command works below its checkpoint directory only, never following a link there
-// (the directory itself may be one): core/rooted_fs.h.
-std::unique_ptr<RootedFilesystem> rooted(const std::string& dir) {
-  RootOptions root;
-  root.path = dir;
-  return RootedFilesystem::single(std::move(root));
-}
-
 std::string age_of(const CatalogEntry& e) {
   if (!e.manifest) return "-";
   const int64_t now = to_unix_ms(RealClock::instance().wall_now());
   const int64_t ms = std::max<int64_t>(0, now - e.manifest->created_unix_ms);
   return format_duration(std::chrono::milliseconds(ms));
-}
-
-// The step directory to work on: --step N, or the newest complete one.
-Result<CatalogEntry> pick_step(Filesystem& fs, const std::string& dir,
-                               std::optional<uint64_t> step, Verify verify) {
-  if (!step) return latest_complete(fs, dir, verify);
-  const std::string step_dir = join_path(dir, step_dir_name(*step));
-  SG_ASSIGN_OR_RETURN(bool exists, fs.exists(step_dir));
-  if (!exists)
-    return Error(ErrorCode::kNotFound, "no checkpoint for step " + std::to_string(*step) +
-                                           " in '" + dir + "'");
-  return inspect_checkpoint(fs, step_dir, *step, verify);
-}
-
-// Opens the chosen step for reading; an incomplete or corrupt one is an error saying why.
-Result<CheckpointReader> open_complete(Filesystem& fs, const std::string& dir,
-                                       std::optional<uint64_t> step) {
-  SG_ASSIGN_OR_RETURN(auto entry, pick_step(fs, dir, step, Verify::kSize));
-  if (entry.state != CheckpointState::kComplete)
-    return Error(ErrorCode::kCorrupt, "step " + std::to_string(entry.step) + " is " +
-                                          std::string(checkpoint_state_name(entry.state)) + ": " +
-                                          entry.reason);
-  return CheckpointReader::open(fs, entry.dir);
 }
 
 std::string quarantine_age(const QuarantineEntry& q) {
@@ -96,11 +66,12 @@ void print_quarantined(const std::vector<QuarantineEntry>& quarantined) {
 }
 
 int run_ls(const std::string& dir, bool as_json, bool full) {
-  auto rooted_fs = rooted(dir);
-  Filesystem& fs = *rooted_fs;
-  auto entries = list_checkpoints(fs, dir, full ? Verify::kChecksum : Verify::kSize);
+  auto where = CkptLocation::open(dir);
+  if (!where.ok()) return fail(where.error(), kExitUsage);
+  storage::Store& store = where->store();
+  auto entries = list_checkpoints(store, full ? Verify::kChecksum : Verify::kSize);
   if (!entries.ok()) return fail(entries.error());
-  auto quarantined = list_quarantined(fs, dir);
+  auto quarantined = list_quarantined(store);
   if (!quarantined.ok()) return fail(quarantined.error());
   if (as_json) {
     json::array out;
@@ -159,10 +130,11 @@ VerifyProgress progress_bar() {
 }
 
 int run_verify(const std::string& dir, std::optional<uint64_t> step, bool full) {
-  auto rooted_fs = rooted(dir);
-  Filesystem& fs = *rooted_fs;
+  auto where = CkptLocation::open(dir);
+  if (!where.ok()) return fail(where.error(), kExitUsage);
+  storage::Store& store = where->store();
   // Pick by manifest alone, then verify with progress.
-  auto entry = pick_step(fs, dir, step, Verify::kSize);
+  auto entry = pick_step(store, step, Verify::kSize);
   if (!entry.ok()) return fail(entry.error(), kExitCheckpointBad);
   if (entry->state != CheckpointState::kComplete) {
     std::fprintf(
@@ -171,8 +143,8 @@ int run_verify(const std::string& dir, std::optional<uint64_t> step, bool full) 
     return kExitCheckpointBad;
   }
   if (full) {
-    auto st = verify_checkpoint(fs, entry->dir, *entry->manifest, Verify::kChecksum,
-                                progress_bar());
+    auto st = verify_checkpoint(store, step_key(entry->step), *entry->manifest,
+                                Verify::kChecksum, progress_bar());
     if (!st.ok()) {
       std::fprintf(stderr, "shardguard: step %llu is corrupt: %s\n",
                    static_cast<unsigned long long>(entry->step),
@@ -194,9 +166,9 @@ int run_verify(const std::string& dir, std::optional<uint64_t> step, bool full) 
 
 int run_inspect(const std::string& dir, std::optional<uint64_t> step, bool hash,
                 bool as_json) {
-  auto rooted_fs = rooted(dir);
-  Filesystem& fs = *rooted_fs;
-  auto reader = open_complete(fs, dir, step);
+  auto where = CkptLocation::open(dir);
+  if (!where.ok()) return fail(where.error(), kExitUsage);
+  auto reader = open_complete(where->store(), step);
   if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
   const Manifest& m = reader->manifest();
   if (hash) {
@@ -240,18 +212,20 @@ int run_inspect(const std::string& dir, std::optional<uint64_t> step, bool hash,
 
 int run_gc(const std::string& dir, uint32_t keep_last, uint64_t keep_every, bool dry_run,
            const std::vector<uint64_t>& protect, const std::string& quarantine_keep_text) {
-  auto rooted_fs = rooted(dir);
-  Filesystem& fs = *rooted_fs;
   auto quarantine_keep = parse_duration(quarantine_keep_text);
   if (!quarantine_keep.ok())
     return fail(quarantine_keep.error().context("--quarantine-keep"), kExitUsage);
-  auto entries = list_checkpoints(fs, dir, Verify::kSize);
+  auto where = CkptLocation::open(dir);
+  if (!where.ok()) return fail(where.error(), kExitUsage);
+  storage::Store& store = where->store();
+  auto entries = list_checkpoints(store, Verify::kSize);
   if (!entries.ok()) return fail(entries.error());
-  auto quarantined = list_quarantined(fs, dir);
+  auto quarantined = list_quarantined(store);
   if (!quarantined.ok()) return fail(quarantined.error());
   RetentionPolicy policy{keep_last, keep_every, {protect.begin(), protect.end()}};
   auto plan = plan_retention(*entries, policy);
-  if (auto st = keep_symlinked_steps(fs, plan); !st.ok()) return fail(st.error());
+  if (!where->bucket())
+    if (auto st = keep_symlinked_steps(where->fs(), plan); !st.ok()) return fail(st.error());
   for (const auto& d : plan)
     std::printf("%-12llu %s\n", static_cast<unsigned long long>(d.entry.step),
                 shown(d.why).c_str());
@@ -266,15 +240,27 @@ int run_gc(const std::string& dir, uint32_t keep_last, uint64_t keep_every, bool
                         : ("kept for --quarantine-keep " + quarantine_keep_text).c_str());
   }
   if (dry_run) return kExitOk;
-  auto removed = apply_retention(fs, plan);
+  auto removed = apply_retention(store, plan);
   if (!removed.ok()) return fail(removed.error());
   size_t freed_quarantined = 0;
   for (const auto& r : expired) {
-    if (auto st = remove_checkpoint_dir(fs, r.dir); !st.ok()) return fail(st.error());
+    if (auto st = apply_removal(store, r); !st.ok()) return fail(st.error());
     ++freed_quarantined;
   }
-  std::printf("removed %zu checkpoint(s) and %zu quarantined step(s)\n", *removed,
+  // A bucket's unfinished multipart uploads in the steps kept complete (left by a writer that
+  // died or an older attempt): nothing writes a committed step again.
+  size_t aborted = 0;
+  if (where->bucket())
+    for (const auto& d : plan) {
+      if (d.remove || d.entry.state != CheckpointState::kComplete) continue;
+      auto n = store.abort_uploads(step_key(d.entry.step) + "/");
+      if (!n.ok()) return fail(n.error());
+      aborted += *n;
+    }
+  std::printf("removed %zu checkpoint(s) and %zu quarantined step(s)", *removed,
               freed_quarantined);
+  if (where->bucket()) std::printf("; aborted %zu unfinished upload(s)", aborted);
+  std::printf("\n");
   return kExitOk;
 }
 
@@ -296,19 +282,19 @@ void add_ckpt_commands(CLI::App& app, int* exit_code) {
   auto args = std::make_shared<Args>();
 
   auto* ls = ckpt->add_subcommand("ls", "List checkpoints, newest first, with their state");
-  ls->add_option("DIR", args->dir, "checkpoint directory")->required();
+  ls->add_option("DIR", args->dir, "checkpoint directory or s3://BUCKET/PREFIX")->required();
   ls->add_flag("--json", args->as_json, "JSON output");
   ls->add_flag("--full", args->full, "verify checksums, not just sizes");
   ls->callback([=] { *exit_code = run_ls(args->dir, args->as_json, args->full); });
 
   auto* verify = ckpt->add_subcommand("verify", "Exit 0 only if the checkpoint is complete and verified");
-  verify->add_option("DIR", args->dir, "checkpoint directory")->required();
+  verify->add_option("DIR", args->dir, "checkpoint directory or s3://BUCKET/PREFIX")->required();
   verify->add_option("--step", args->step, "step to verify (default: newest complete)");
   verify->add_flag("--full", args->full, "verify XXH3-128 checksums of every byte");
   verify->callback([=] { *exit_code = run_verify(args->dir, args->step, args->full); });
 
   auto* inspect = ckpt->add_subcommand("inspect", "Show tensors, chunks and state");
-  inspect->add_option("DIR", args->dir, "checkpoint directory")->required();
+  inspect->add_option("DIR", args->dir, "checkpoint directory or s3://BUCKET/PREFIX")->required();
   inspect->add_option("--step", args->step, "step (default: newest complete)");
   inspect->add_flag("--hash", args->hash,
                     "print 'name xxh3-64' of each tensor's assembled global bytes");
@@ -317,7 +303,7 @@ void add_ckpt_commands(CLI::App& app, int* exit_code) {
       [=] { *exit_code = run_inspect(args->dir, args->step, args->hash, args->as_json); });
 
   auto* gc = ckpt->add_subcommand("gc", "Delete old checkpoints by retention policy");
-  gc->add_option("DIR", args->dir, "checkpoint directory")->required();
+  gc->add_option("DIR", args->dir, "checkpoint directory or s3://BUCKET/PREFIX")->required();
   gc->add_option("--keep-last", args->keep_last,
                  "newest complete checkpoints to keep (0: keep every complete one)")
       ->required();

@@ -12,6 +12,7 @@
 #include "checkpoint/hf_export.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/reader.h"
+#include "cli/ckpt_location.h"
 #include "core/exit_codes.h"
 #include "core/rooted_fs.h"
 #include "core/units.h"
@@ -30,28 +31,6 @@ struct ExportArgs {
 int fail(const Error& e, int code) {
   std::fprintf(stderr, "shardguard: %s\n", e.message().c_str());
   return code;
-}
-
-// The step to export: --step N, or the newest complete one; an incomplete or corrupt step
-// (or a quarantined one, which the catalog never lists) is an error saying why.
-Result<CheckpointReader> open_step(Filesystem& fs, const std::string& dir,
-                                   std::optional<uint64_t> step) {
-  CatalogEntry entry;
-  if (step) {
-    const std::string step_dir = join_path(dir, step_dir_name(*step));
-    SG_ASSIGN_OR_RETURN(bool exists, fs.exists(step_dir));
-    if (!exists)
-      return Error(ErrorCode::kNotFound,
-                   "no checkpoint for step " + std::to_string(*step) + " in '" + dir + "'");
-    entry = inspect_checkpoint(fs, step_dir, *step, Verify::kSize);
-  } else {
-    SG_ASSIGN_OR_RETURN(entry, latest_complete(fs, dir, Verify::kSize));
-  }
-  if (entry.state != CheckpointState::kComplete)
-    return Error(ErrorCode::kCorrupt, "step " + std::to_string(entry.step) + " is " +
-                                          std::string(checkpoint_state_name(entry.state)) + ": " +
-                                          entry.reason);
-  return CheckpointReader::open(fs, entry.dir);
 }
 
 // Flags -> options; kInvalid names the flag.
@@ -90,8 +69,9 @@ int run_export(const ExportArgs& a) {
   if (auto st = check_export_options(*options); !st.ok()) return fail(st.error(), kExitUsage);
   // Two roots: the checkpoint is read below its directory, the export written below --out
   // (created if missing); neither follows a link planted inside it.
-  auto source = rooted(a.dir);
-  auto reader = open_step(*source, a.dir, a.step);
+  auto source = CkptLocation::open(a.dir);
+  if (!source.ok()) return fail(source.error(), kExitUsage);
+  auto reader = open_complete(source->store(), a.step);
   if (!reader.ok()) return fail(reader.error(), kExitCheckpointBad);
   // What the flags select from this checkpoint: nothing, or a name clash, is a usage error.
   if (auto plan = plan_export(reader->tensor_names(), *options); !plan.ok())
@@ -116,7 +96,7 @@ void add_ckpt_export_command(CLI::App& ckpt, int* exit_code) {
   auto a = std::make_shared<ExportArgs>();
   auto* exp = ckpt.add_subcommand(
       "export", "Write a Hugging Face safetensors layout (what from_pretrained loads)");
-  exp->add_option("DIR", a->dir, "checkpoint directory")->required();
+  exp->add_option("DIR", a->dir, "checkpoint directory or s3://BUCKET/PREFIX")->required();
   exp->add_option("--step", a->step, "step (default: newest complete)");
   exp->add_option("--out", a->out, "output directory")->required();
   exp->add_option("--prefix", a->prefix, "file name prefix")->capture_default_str();

@@ -10,6 +10,7 @@
 #include "checkpoint/lease.h"
 #include "checkpoint/paths.h"
 #include "checkpoint/quarantine.h"
+#include "cli/ckpt_location.h"
 #include "core/clock.h"
 #include "core/exit_codes.h"
 #include "core/rooted_fs.h"
@@ -25,12 +26,12 @@ int fail(const Error& e) {
 }
 
 // An operator acting under a live run deserves a word: the run keeps going as it was.
-void warn_if_leased(Filesystem& fs, const std::string& dir) {
-  auto lease = read_lease(fs, dir);
+void warn_if_leased(storage::Store& store) {
+  auto lease = read_lease(store);
   if (!lease.ok() || !*lease) return;
   const WallTime now = RealClock::instance().wall_now();
   if (now - from_unix_ms((*lease)->renewed_unix_ms) > LeaseOptions{}.stale_after) return;
-  std::fprintf(stderr, "shardguard: note: %s holds this directory's lease\n",
+  std::fprintf(stderr, "shardguard: note: %s holds this location's lease\n",
                describe_holder(**lease, now).c_str());
 }
 
@@ -42,32 +43,28 @@ std::string who() {
          (host[0] ? host : "unknown") + ", pid " + std::to_string(::getpid()) + ")";
 }
 
-// Below the checkpoint directory only, never following a link there (core/rooted_fs.h).
-std::unique_ptr<RootedFilesystem> rooted(const std::string& dir) {
-  RootOptions root;
-  root.path = dir;
-  return RootedFilesystem::single(std::move(root));
-}
-
 int run_quarantine(const std::string& dir, uint64_t step, const std::string& reason) {
-  auto rooted_fs = rooted(dir);
-  Filesystem& fs = *rooted_fs;
-  warn_if_leased(fs, dir);
-  auto entry = quarantine_step(fs, dir, step, reason, RealClock::instance().wall_now(), who());
+  auto where = CkptLocation::open(dir);
+  if (!where.ok()) return fail(where.error());
+  storage::Store& store = where->store();
+  warn_if_leased(store);
+  auto entry = quarantine_step(store, step, reason, RealClock::instance().wall_now(), who());
   if (!entry.ok()) return fail(entry.error());
-  std::printf("quarantined step %llu: moved to %s (reason: %s)\n",
-              static_cast<unsigned long long>(step), entry->dir.c_str(), reason.c_str());
+  std::printf("quarantined step %llu: %s %s (reason: %s)\n",
+              static_cast<unsigned long long>(step), where->bucket() ? "marked in" : "moved to",
+              entry->dir.c_str(), reason.c_str());
   return kExitOk;
 }
 
 int run_unquarantine(const std::string& dir, uint64_t step) {
-  auto rooted_fs = rooted(dir);
-  Filesystem& fs = *rooted_fs;
-  warn_if_leased(fs, dir);
-  auto entry = unquarantine_step(fs, dir, step);
+  auto where = CkptLocation::open(dir);
+  if (!where.ok()) return fail(where.error());
+  storage::Store& store = where->store();
+  warn_if_leased(store);
+  auto entry = unquarantine_step(store, step);
   if (!entry.ok()) return fail(entry.error());
   std::printf("restored step %llu from %s to %s\n", static_cast<unsigned long long>(step),
-              entry->dir.c_str(), join_path(dir, step_dir_name(step)).c_str());
+              entry->dir.c_str(), store.describe(step_key(step)).c_str());
   return kExitOk;
 }
 
@@ -84,7 +81,7 @@ void add_ckpt_quarantine_commands(CLI::App& ckpt, int* exit_code) {
       "quarantine",
       "Set a step aside: never resumed, exported or listed as latest; kept by gc "
       "for --quarantine-keep as evidence");
-  qc->add_option("DIR", args->dir, "checkpoint directory")->required();
+  qc->add_option("DIR", args->dir, "checkpoint directory or s3://BUCKET/PREFIX")->required();
   qc->add_option("--step", args->step, "step to quarantine")->required();
   qc->add_option("--reason", args->reason, "why (kept in the quarantine's reason file)")
       ->required();
@@ -94,7 +91,7 @@ void add_ckpt_quarantine_commands(CLI::App& ckpt, int* exit_code) {
       "unquarantine",
       "Bring the most recently quarantined copy of a step back (refused if the step was "
       "written again since)");
-  uq->add_option("DIR", args->dir, "checkpoint directory")->required();
+  uq->add_option("DIR", args->dir, "checkpoint directory or s3://BUCKET/PREFIX")->required();
   uq->add_option("--step", args->step, "step to restore")->required();
   uq->callback([=] { *exit_code = run_unquarantine(args->dir, args->step); });
 }

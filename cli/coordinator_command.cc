@@ -11,6 +11,7 @@
 #include <cstdio>
 
 #include "agent/scheduler_env.h"
+#include "cli/checkpoint_location.h"
 #include "cli/job_services.h"
 #include "cli/production_deps.h"
 #include "cli/run_command.h"
@@ -64,8 +65,14 @@ int run_coordinator(const CoordinatorArgs& a) {
     join_window = *w;
   }
 
+  auto where = open_location(cfg.checkpoint_dir, cfg.storage, PosixFilesystem::instance(),
+                             /*probe=*/true);
+  if (!where.ok())
+    return fail(where.error().message(),
+                where.error().code() == ErrorCode::kIo ? kExitFailure : kExitConfig);
+  if (where->bucket()) cfg.storage = *where->connection->s3_options();
   auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
-  ProductionDeps production(*job_fs);
+  ProductionDeps production(*job_fs, where->bundle_store());
   const io::Deps& deps = production.deps();
   supervisor::SupervisorOptions so;
   so.local_node = false;
@@ -75,7 +82,8 @@ int run_coordinator(const CoordinatorArgs& a) {
   so.write_coordinator_log = true;
   so.coordinator_address = agent::to_string(*listen);
   // Restarted: the running epoch in the record is adopted, not relaunched.
-  auto record = supervisor::load_coordinator_state(deps.fs, cfg.checkpoint_dir);
+  storage::StoreRef store(deps.checkpoints, deps.fs, cfg.checkpoint_dir);
+  auto record = supervisor::load_coordinator_state(store.get());
   if (!record.ok()) spdlog::warn("{}; starting afresh", record.error().message());
   if (record.ok() && *record && (*record)->running &&
       (cfg.job_id.empty() || cfg.job_id == (*record)->job_id)) {
@@ -117,7 +125,8 @@ void add_coordinator_command(CLI::App& app, int* exit_code) {
   cmd->add_option("--nproc-per-node,--nproc_per_node,--nproc", a->nproc, "ranks per node")
       ->required();
   cmd->add_option("--config", a->config_path, "job config (TOML): restarts, checkpoints, hooks");
-  cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "the job's shared checkpoint directory");
+  cmd->add_option("--checkpoint-dir", a->checkpoint_dir,
+                  "the job's shared checkpoint directory, or s3://BUCKET/PREFIX");
   cmd->add_option("--run-dir", a->run_dir, "the job's timeline and metrics");
   cmd->add_option("--job-id", a->job_id, "default: the checkpoint directory's");
   cmd->add_option("--secret-file", a->secret_file, "shared secret (or SHARDGUARD_SECRET_FILE)");

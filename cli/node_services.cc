@@ -7,6 +7,7 @@
 #include "agent/embedded_agent.h"
 #include "agent/health/health_setup.h"
 #include "checkpoint/catalog.h"
+#include "storage/location.h"
 #include "supervisor/rank_env.h"
 
 namespace shardguard::cli {
@@ -42,10 +43,12 @@ Status NodeServices::start() {
   // Node health: a fatal finding (a GPU fell off the bus, uncorrectable ECC, disk full) stops
   // the job with an emergency checkpoint so the scheduler moves it.
   agent::HealthSettings health = m.cfg.node_health;
-  if (health.checkpoint_dir.empty()) health.checkpoint_dir = m.cfg.checkpoint_dir;
+  // A bucket is no local disk to watch (a bucket has no "full"); a directory's disk is.
+  const bool bucket = storage::is_bucket_url(m.cfg.checkpoint_dir);
+  if (health.checkpoint_dir.empty() && !bucket) health.checkpoint_dir = m.cfg.checkpoint_dir;
   // The disk check compares free space with one checkpoint: the newest complete one's size
   // unless [health] checkpoint_size_estimate says otherwise. Unknown on a first run.
-  if (health.checkpoint_size_estimate == 0) {
+  if (health.checkpoint_size_estimate == 0 && !health.checkpoint_dir.empty()) {
     auto newest = checkpoint::latest_complete(m.d.fs, health.checkpoint_dir,
                                               checkpoint::Verify::kSize);
     if (newest.ok() && newest->manifest)

@@ -4,11 +4,12 @@
 #include "io/http_client.h"
 #include "io/process.h"
 #include "io/thread_worker.h"
+#include "storage/location.h"
 
 namespace shardguard::cli {
 
 struct ProductionDeps::Impl {
-  explicit Impl(Filesystem& fs) : fs(fs) {}
+  Impl(Filesystem& fs, storage::Store* checkpoints) : fs(fs) { deps.checkpoints = checkpoints; }
   Filesystem& fs;
   io::EventLoop loop;
   io::AsioTimerFactory timers{loop};
@@ -19,7 +20,8 @@ struct ProductionDeps::Impl {
   io::Deps deps{loop, RealClock::instance(), timers, fs, launcher, http, random, worker};
 };
 
-ProductionDeps::ProductionDeps(Filesystem& fs) : impl_(std::make_unique<Impl>(fs)) {}
+ProductionDeps::ProductionDeps(Filesystem& fs, storage::Store* checkpoints)
+    : impl_(std::make_unique<Impl>(fs, checkpoints)) {}
 ProductionDeps::~ProductionDeps() = default;
 const io::Deps& ProductionDeps::deps() const { return impl_->deps; }
 io::EventLoop& ProductionDeps::loop() { return impl_->loop; }
@@ -27,9 +29,9 @@ io::EventLoop& ProductionDeps::loop() { return impl_->loop; }
 std::unique_ptr<RootedFilesystem> job_filesystem(const std::string& run_dir,
                                                  const std::string& checkpoint_dir,
                                                  std::optional<uint32_t> group) {
-  std::vector<RootOptions> roots(2);
+  std::vector<RootOptions> roots(storage::is_bucket_url(checkpoint_dir) ? 1 : 2);
   roots[0].path = run_dir;
-  roots[1].path = checkpoint_dir;
+  if (roots.size() > 1) roots[1].path = checkpoint_dir;
   for (auto& r : roots) r.group = group;
   return std::make_unique<RootedFilesystem>(std::move(roots), &PosixFilesystem::instance());
 }

@@ -21,7 +21,10 @@ class ProductionDeps {
  public:
   // `fs`: the filesystem of the bundle (`shardguard run` passes a RootedFilesystem over its
   // run and checkpoint directories); it must outlive the bundle. Default: PosixFilesystem.
-  explicit ProductionDeps(Filesystem& fs = PosixFilesystem::instance());
+  // `checkpoints`: the job's checkpoint Store when it is a bucket (cli/checkpoint_location.h);
+  // nullptr for a directory, read through `fs`.
+  explicit ProductionDeps(Filesystem& fs = PosixFilesystem::instance(),
+                          storage::Store* checkpoints = nullptr);
   ~ProductionDeps();
   ProductionDeps(const ProductionDeps&) = delete;
   ProductionDeps& operator=(const ProductionDeps&) = delete;
@@ -36,7 +39,8 @@ class ProductionDeps {
 
 // The filesystem of `shardguard run`: nothing below the run and checkpoint directories is
 // followed, and what the supervisor creates there is 0750/0640 with `group` (when set),
-// whatever the umask (core/rooted_fs.h); other paths (/proc, hooks' files) as they are.
+// whatever the umask (core/rooted_fs.h); other paths (/proc, hooks' files) as they are. A
+// checkpoint location that is a bucket is no root of it.
 std::unique_ptr<RootedFilesystem> job_filesystem(const std::string& run_dir,
                                                  const std::string& checkpoint_dir,
                                                  std::optional<uint32_t> group);

@@ -10,6 +10,7 @@
 #include <charconv>
 #include <filesystem>
 
+#include "cli/checkpoint_location.h"
 #include "cli/job_services.h"
 #include "cli/node_services.h"
 #include "cli/production_deps.h"
@@ -91,9 +92,9 @@ Result<supervisor::JobConfig> build_config(const RunArgs& a) {
 }
 
 // One node: the supervisor, its node in this process, the node's services.
-int run_single(supervisor::JobConfig cfg) {
+int run_single(supervisor::JobConfig cfg, const OpenedLocation& where) {
   auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
-  ProductionDeps production(*job_fs);
+  ProductionDeps production(*job_fs, where.bundle_store());
   const io::Deps& deps = production.deps();
   auto slurm = SlurmIntegration::attach(deps, cfg);  // inside a Slurm job: its defaults
   supervisor::Supervisor sup(deps, cfg);
@@ -148,11 +149,29 @@ int run(const RunArgs& a) {
   if (auto slurm = agent::read_slurm_job_env(agent::environment_snapshot());
       slurm.ok() && *slurm && (*slurm)->signal)
     cfg->slurm_signal_lead = (*slurm)->signal->lead;
+  // Where checkpoints go: checked and, for a bucket, reached and probed before anything runs
+  // (a missing bucket, refused keys, a skewed clock, a server that ignores conditional
+  // writes: one message now, not a failed save later).
+  auto where = open_location(cfg->checkpoint_dir, cfg->storage, PosixFilesystem::instance(),
+                             /*probe=*/true);
+  if (!where.ok()) {
+    std::fprintf(stderr, "shardguard run: %s\n", where.error().message().c_str());
+    if (a.check_config) return kExitUsage;
+    // Nothing a requeue changes: a bad location or setting, a missing bucket, refused keys.
+    return where.error().code() == ErrorCode::kIo || where.error().code() == ErrorCode::kTimeout
+               ? kExitFailure
+               : kExitConfig;
+  }
+  if (where->bucket()) cfg->storage = *where->connection->s3_options();  // resolved, for the ranks
   if (a.check_config) {
     std::printf("config OK: job '%s', %u rank(s) of '%s', checkpoints in '%s', run dir '%s'\n",
                 cfg->job_id.empty() ? "(the checkpoint directory's)" : cfg->job_id.c_str(),
                 cfg->nproc, cfg->command[0].c_str(), cfg->checkpoint_dir.c_str(),
                 cfg->run_dir.c_str());
+    if (where->bucket())
+      std::printf("checkpoint location %s: reachable; a conditional create, a refused second "
+                  "create and a delete of a probe object worked\n",
+                  where->describe().c_str());
     const auto window = policies::shortest_save_window(supervisor::machine_config(*cfg).save_window);
     std::printf("emergency save window: %s (%s); a save should take under half of it\n",
                 format_duration(window.window).c_str(), window.source.c_str());
@@ -162,7 +181,7 @@ int run(const RunArgs& a) {
   if (auto st = io::become_child_subreaper(); !st.ok())
     spdlog::warn("cannot become a subreaper ({}); orphaned grandchildren may escape teardown",
                  st.error().message());
-  if (!*placement) return run_single(*cfg);
+  if (!*placement) return run_single(*cfg, *where);
   MultiNodeArgs m;
   m.placement = **placement;
   m.node_address = a.node_address;
@@ -174,6 +193,7 @@ int run(const RunArgs& a) {
     }
     m.join_window = *w;
   }
+  m.location = *where;
   return run_multinode(*cfg, m);
 }
 
@@ -199,7 +219,8 @@ void add_run_command(CLI::App& app, int* exit_code) {
                       "default: as the coordinator sees it");
   run_cmd->add_option("--join-window", a->join_window,
                       "with MIN:MAX, how long to wait for more than MIN nodes at start (e.g. 10s)");
-  run_cmd->add_option("--checkpoint-dir", a->checkpoint_dir, "where checkpoints go");
+  run_cmd->add_option("--checkpoint-dir", a->checkpoint_dir,
+                      "where checkpoints go: a directory, or s3://BUCKET/PREFIX ([storage])");
   run_cmd->add_option("--run-dir", a->run_dir, "logs, events and the control socket");
   run_cmd->add_option("--job-id", a->job_id,
                       "stable job name (default: the checkpoint directory's, or a new one)");

@@ -197,7 +197,8 @@ class FollowerNode {
 
   // The coordinator has been away for a while: follow its successor, or become it.
   void coordinator_away() {
-    auto record = supervisor::load_coordinator_state(deps_.fs, cfg_.checkpoint_dir);
+    storage::StoreRef store(deps_.checkpoints, deps_.fs, cfg_.checkpoint_dir);
+    auto record = supervisor::load_coordinator_state(store.get());
     if (!record.ok() || !*record) {
       spdlog::warn("node: no coordinator record to find a successor in: {}",
                    record.ok() ? std::string("none written yet") : record.error().message());
@@ -301,7 +302,7 @@ int run_multinode(const supervisor::JobConfig& config, const MultiNodeArgs& args
   if (!secret.ok()) return fail(secret.error().message(), kExitUsage);
   auto shared = std::make_shared<const net::Secret>(std::move(*secret));
   auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
-  ProductionDeps production(*job_fs);
+  ProductionDeps production(*job_fs, args.location.bundle_store());
   const io::Deps& deps = production.deps();
   for (const auto& line : p.sources) spdlog::info("placement: {}", line);
 

@@ -3,6 +3,8 @@
 // its own ranks; every other node runs its ranks and follows the coordinator.
 #pragma once
 
+#include "cli/checkpoint_location.h"
+
 #include <string>
 
 #include "agent/scheduler_env.h"
@@ -12,6 +14,7 @@ namespace shardguard::cli {
 
 struct MultiNodeArgs {
   agent::Placement placement;
+  OpenedLocation location;  // where checkpoints go (opened and probed by `run`)
   std::string node_address;  // where this node's ranks are reached; empty: as the coordinator sees it
   Duration join_window = std::chrono::seconds(0);
 };

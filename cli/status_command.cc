@@ -112,6 +112,19 @@ std::string step_line(const TimelineView& v) {
   return s;
 }
 
+// A long save or resume in flight: bytes done of the total, the rate, the time left.
+std::string transfer_line(const supervisor::TransferView& x) {
+  std::string s = x.phase + " of step " + std::to_string(x.step) + ": " + format_size(x.done_bytes);
+  if (x.total_bytes > 0)
+    s += " of " + format_size(x.total_bytes) + " (" +
+         std::to_string(std::min<uint64_t>(100, x.done_bytes * 100 / x.total_bytes)) + "%)";
+  if (x.bytes_per_second > 0)
+    s += " at " + format_size(static_cast<uint64_t>(x.bytes_per_second)) + "/s";
+  if (x.seconds_left) s += ", about " + human_seconds(*x.seconds_left) + " left";
+  const int64_t wall = to_unix_ms(RealClock::instance().wall_now());
+  return s + " (as of " + ago(wall, x.time_unix_ms) + ")";
+}
+
 std::string checkpoint_line(const TimelineView& v) {
   if (!v.last_checkpoint) return "none committed";
   const auto& c = *v.last_checkpoint;
@@ -208,6 +221,7 @@ std::string page(const StatusArgs& a, const RunDirTimeline& loaded, const Timeli
   row("state", state_line(loaded, v));
   row("step", step_line(v));
   row("checkpoint", checkpoint_line(v));
+  if (v.transfer) row("in progress", transfer_line(*v.transfer));
   uint64_t attempts_losing = 0;
   double lost_seconds = 0;
   for (const auto& at : v.attempts) {

@@ -228,6 +228,16 @@ std::string status_json(const std::string& run_dir, const RunDirTimeline& loaded
   } else {
     j.null();
   }
+  j.key("transfer");
+  if (const auto& x = v.transfer) {
+    j.open('{').key("phase").str(x->phase).key("step").u64(x->step);
+    j.key("done_bytes").u64(x->done_bytes).key("total_bytes").u64(x->total_bytes);
+    j.key("bytes_per_second").num(x->bytes_per_second, 0);
+    j.key("seconds_left").opt(x->seconds_left, [&](double s) -> Json& { return j.num(s, 1); });
+    j.key("time_unix_ms").i64(x->time_unix_ms).close('}');
+  } else {
+    j.null();
+  }
   j.key("restarts").open('[');
   for (const auto& r : v.restarts) {
     j.open('{').key("class").str(r.exit_class).key("used").u64(r.used);

@@ -30,6 +30,7 @@ sg_status fail(const Error& error) {
     case ErrorCode::kTimeout: return SG_ERR_TIMEOUT;
     case ErrorCode::kCancelled: return SG_ERR_CANCELLED;
     case ErrorCode::kFenced: return SG_ERR_FENCED;
+    case ErrorCode::kExists: return SG_ERR_FENCED;  // another writer committed it first
     case ErrorCode::kUnsupported: return SG_ERR_UNSUPPORTED;
     case ErrorCode::kInternal: return SG_ERR_INTERNAL;
   }

@@ -50,7 +50,7 @@ sg_status sg_reader_open(const char* path, sg_reader** out) {
     if (path == nullptr || out == nullptr)
       return fail(ErrorCode::kInvalid, "sg_reader_open: NULL argument");
     *out = nullptr;
-    return wrap(CheckpointReader::open(PosixFilesystem::instance(), path), out);
+    return wrap(CheckpointReader::open_path_or_url(PosixFilesystem::instance(), path), out);
   });
 }
 

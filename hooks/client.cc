@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cmath>
 #include <mutex>
 #include <set>
@@ -12,6 +13,7 @@
 #include "checkpoint/catalog.h"
 #include "checkpoint/commit.h"
 #include "checkpoint/paths.h"
+#include "storage/connect.h"
 #include "hooks/client_internal.h"
 #include "hooks/protocol.h"
 #include "io/unix_socket_server.h"
@@ -56,6 +58,8 @@ struct Client::Impl {
   ClientOptions opt;
   Clock& clock;
   Filesystem& fs;
+  std::shared_ptr<storage::Store> owned_store;  // the default connection's
+  storage::Store* store = nullptr;
   std::optional<io::UnixSocketClient> socket;
   std::mutex send_mu;
   std::thread reader;
@@ -73,6 +77,9 @@ struct Client::Impl {
   std::optional<EmergencyRequest> local_emergency;
   bool request_passed = false;      // told the supervisor we are past request->at_step
   std::set<uint64_t> aborted;       // steps whose commit will not happen
+  std::set<uint64_t> all_written;   // steps every rank wrote (said by the supervisor)
+  std::set<uint64_t> committed;     // steps whose commit the supervisor read back
+  std::condition_variable changed;  // any of the above, or stop, or a new request
   bool stop_requested = false;
   bool exit_ready = false;
   uint64_t last_committed = 0;
@@ -82,6 +89,19 @@ struct Client::Impl {
   // Scalars reported since the last heartbeat went out (the divergence guard's input).
   StepScalars pending_scalars;
   bool pending_nonfinite = false;  // one of them is NaN or Inf: send at once
+
+  // This rank's long transfer, one at a time (a save's writes or the resume's reads): its
+  // progress goes to the supervisor every second once it has run for two (by mu, but `done`).
+  struct Transfer {
+    bool active = false;
+    TransferPhase phase = TransferPhase::kSave;
+    uint64_t step = 0;
+    uint64_t total = 0;
+    SteadyTime started{}, last_sent{};
+  } transfer;
+  std::atomic<uint64_t> transfer_done{0};
+  // The deadline of the save in flight (unix ms; 0: none): its writes stop there.
+  std::atomic<int64_t> save_deadline_ms{0};
 
   // Async saves.
   checkpoint::StagingBuffer staging;
@@ -126,9 +146,43 @@ struct Client::Impl {
     send(SignalReceived{"SIGTERM"});
   }
 
+  void begin_transfer(TransferPhase phase, uint64_t step, uint64_t total) {
+    std::lock_guard lock(mu);
+    transfer = Transfer{true, phase, step, total, clock.now(), SteadyTime{}};
+    transfer_done = 0;
+  }
+
+  void end_transfer(TransferPhase phase) {
+    std::lock_guard lock(mu);
+    if (transfer.phase == phase) transfer.active = false;
+  }
+
+  // From the reader thread: a transfer running for 2 s or more is told every second.
+  void report_progress() {
+    std::optional<Progress> p;
+    {
+      std::lock_guard lock(mu);
+      const SteadyTime now = clock.now();
+      if (!transfer.active || now - transfer.started < 2s || now - transfer.last_sent < 1s) return;
+      transfer.last_sent = now;
+      p = Progress{transfer.phase, transfer.step, transfer_done.load(), transfer.total};
+    }
+    send(*p);
+  }
+
+  // Why the writes of the save of `step` must stop now, if they must (its deadline passed,
+  // or the save was abandoned). Asked from the write threads and the transport's.
+  std::optional<std::string> save_interrupted(uint64_t step) const {
+    const int64_t deadline = save_deadline_ms.load();
+    if (deadline != 0 && to_unix_ms(clock.wall_now()) >= deadline)
+      return "the deadline of the save of step " + std::to_string(step) + " passed";
+    return cancelled(step);
+  }
+
   void read_loop() {
     while (!closing.load()) {
       report_signals();
+      report_progress();
       auto line = socket->read_line(100ms);
       if (!line.ok()) {
         if (line.error().code() == ErrorCode::kTimeout) continue;
@@ -151,11 +205,19 @@ struct Client::Impl {
       } else if (auto* a = std::get_if<AbortSave>(&*msg)) {
         aborted.insert(a->step);
         spdlog::warn("shardguard client: the save of step {} is abandoned: {}", a->step, a->reason);
+      } else if (auto* w = std::get_if<AllWritten>(&*msg)) {
+        all_written.insert(w->step);
+      } else if (auto* c = std::get_if<Committed>(&*msg)) {
+        committed.insert(c->step);
       } else if (std::get_if<Stop>(&*msg) != nullptr) {
         stop_requested = true;
       } else if (auto* e = std::get_if<ErrorReply>(&*msg)) {
         spdlog::warn("shardguard client: agent says: {}", e->message);
       }
+      // Bounded: steps far behind the newest cannot matter any more.
+      for (auto* steps : {&aborted, &all_written, &committed})
+        while (steps->size() > 64) steps->erase(steps->begin());
+      changed.notify_all();
     }
   }
 
@@ -175,35 +237,85 @@ struct Client::Impl {
     return request && request->kind == RequestKind::kEmergency && step >= request->at_step;
   }
 
-  // Waits until the manifest of `step` exists, the deadline passes, or the wait is cancelled.
-  Status wait_for_manifest(uint64_t step, WallTime deadline) {
-    const std::string manifest = join_path(
-        join_path(opt.checkpoint_dir, checkpoint::step_dir_name(step)),
-        std::string(checkpoint::kManifestName));
-    while (clock.wall_now() < deadline) {
-      if (auto exists = fs.exists(manifest); exists.ok() && *exists) return {};
+  // Waits until the supervisor says `set` holds `step` (all_written, committed), the wait is
+  // cancelled or `deadline` passes. The supervisor's word, not a look at the checkpoint
+  // location: a bucket would be asked once per rank per look. `fallback` is asked every
+  // second meanwhile (a lost message must not cost the save) and may end the wait too.
+  // A look at the checkpoint location as a fallback: a directory's costs nothing, a bucket's
+  // is a request per rank, so once a second.
+  Duration look_every() const { return store->location().is_bucket() ? Duration(1s) : Duration(20ms); }
+
+  Status wait_for(const std::set<uint64_t>& set, uint64_t step, WallTime deadline,
+                  const std::string& what, const std::function<bool()>& fallback) {
+    const Duration every = look_every();
+    SteadyTime next_look = clock.now() + every;
+    for (;;) {
+      {
+        std::unique_lock lock(mu);
+        changed.wait_for(lock, std::min<Duration>(every, 50ms),
+                         [&] { return set.contains(step) || stop_requested; });
+        if (set.contains(step)) return {};
+      }
       if (auto why = cancelled(step))
-        return Error(ErrorCode::kCancelled,
-                     "emergency checkpoint of step " + std::to_string(step) + " abandoned: " + *why);
-      std::this_thread::sleep_for(20ms);
+        return Error(ErrorCode::kCancelled, what + " abandoned: " + *why);
+      if (clock.wall_now() >= deadline)
+        return Error(ErrorCode::kTimeout, what + ": the deadline passed");
+      if (fallback && clock.now() >= next_look) {
+        if (fallback()) return {};
+        next_look = clock.now() + every;
+      }
     }
-    return Error(ErrorCode::kTimeout, "emergency checkpoint of step " + std::to_string(step) +
-                                          " not committed by rank 0 before the deadline");
+  }
+
+  // Waits until the manifest of `step` is committed, the deadline passes, or the wait is
+  // cancelled.
+  Status wait_for_manifest(uint64_t step, WallTime deadline) {
+    const std::string key = checkpoint::manifest_key(step);
+    auto there = [this, key] {
+      auto exists = store->stat(key);
+      return exists.ok() && exists->has_value();
+    };
+    if (!socket) {  // outside shardguard nobody tells: look, as rarely as a bucket deserves
+      while (clock.wall_now() < deadline) {
+        if (there()) return {};
+        if (auto why = cancelled(step))
+          return Error(ErrorCode::kCancelled, "emergency checkpoint of step " +
+                                                  std::to_string(step) + " abandoned: " + *why);
+        std::this_thread::sleep_for(store->location().is_bucket() ? 250ms : 20ms);
+      }
+      return Error(ErrorCode::kTimeout, "emergency checkpoint of step " + std::to_string(step) +
+                                            " not committed by rank 0 before the deadline");
+    }
+    auto st = wait_for(committed, step, deadline,
+                       "emergency checkpoint of step " + std::to_string(step), there);
+    if (!st.ok() && st.error().code() == ErrorCode::kTimeout)
+      return Error(ErrorCode::kTimeout, "emergency checkpoint of step " + std::to_string(step) +
+                                            " not committed by rank 0 before the deadline");
+    return st;
   }
 
   // finish() + (rank 0) commit + report. Runs on the training thread or the save thread.
   Status persist(checkpoint::ShardWriter writer, bool emergency_save, WallTime deadline,
                  std::optional<checkpoint::SaveReason> reason) {
     const uint64_t step = writer.options().step;
+    // Writes stop at the save's deadline; one already past when the save starts says the
+    // clocks disagree (the supervisor's and this host's), not that the save is late: then the
+    // supervisor's own deadline decides.
+    save_deadline_ms = deadline > clock.wall_now() ? to_unix_ms(deadline) : 0;
+    begin_transfer(TransferPhase::kSave, step, writer.planned_file_size().value_or(0));
     auto sidecar = writer.finish();
+    end_transfer(TransferPhase::kSave);
     if (!sidecar.ok()) {
       send(CheckpointFailed{step, sidecar.error().message(),
                             sidecar.error().code() == ErrorCode::kNoSpace});
       return std::move(sidecar).error();
     }
+    send(CheckpointWritten{step});
     if (opt.rank == 0) {
       checkpoint::CommitOptions c;
       c.checkpoint_dir = opt.checkpoint_dir;
+      // A bucket is not polled like a directory: every look is a request per rank.
+      if (store->location().is_bucket()) c.poll_interval = 250ms;
       c.job_id = opt.job_id;
       c.step = step;
       c.attempt = opt.attempt;
@@ -216,16 +328,36 @@ struct Client::Impl {
       c.on_waiting = [step](const std::string& missing) {
         spdlog::warn("shardguard client: the commit of step {} is still waiting: {}", step, missing);
       };
-      auto m = checkpoint::commit_checkpoint(fs, clock, c);
+      // The supervisor says when every rank's part is there; then one look commits. A look
+      // now and then (a directory's as often as before) covers a word that never comes.
+      std::optional<Result<checkpoint::Manifest>> looked;
+      if (socket) {
+        const WallTime until = clock.wall_now() + c.timeout;
+        auto look = [&] {
+          auto r = checkpoint::try_commit_checkpoint(*store, clock, c);
+          if (!r.ok() && r.error().code() == ErrorCode::kNotFound) return false;
+          looked = std::move(r);
+          return true;
+        };
+        auto ready =
+            wait_for(all_written, step, until, "the commit of step " + std::to_string(step), look);
+        if (!ready.ok()) {
+          if (ready.error().code() != ErrorCode::kCancelled)
+            send(CheckpointFailed{step,
+                                  ready.error().message() + " (not every rank said it wrote its "
+                                                            "part)",
+                                  false});
+          return std::move(ready).error();
+        }
+        c.timeout = std::min<Duration>(c.timeout, 30s);  // visible now: strong consistency
+      }
+      auto m = looked ? std::move(*looked) : checkpoint::commit_checkpoint(*store, clock, c);
       if (!m.ok()) {
         if (m.error().code() != ErrorCode::kCancelled)
           send(CheckpointFailed{step, m.error().message(), m.error().code() == ErrorCode::kNoSpace});
         return std::move(m).error();
       }
-      const std::string manifest = join_path(
-          join_path(opt.checkpoint_dir, checkpoint::step_dir_name(step)),
-          std::string(checkpoint::kManifestName));
-      send(CheckpointCommitted{step, manifest});
+      send(CheckpointCommitted{step, store->describe(checkpoint::manifest_key(step))});
     } else if (emergency_save) {
       SG_RETURN_IF_ERROR(wait_for_manifest(step, deadline));
     }
@@ -239,12 +371,43 @@ struct Client::Impl {
     if (saver.joinable()) saver.join();
   }
 
+  // The given store, or a connection to checkpoint_dir of the client's own.
+  Status open_store() {
+    if (opt.deps.store != nullptr) {
+      store = opt.deps.store;
+      return {};
+    }
+    SG_ASSIGN_OR_RETURN(storage::Location loc, storage::Location::parse(opt.checkpoint_dir));
+    storage::ConnectOptions c;
+    c.fs = &fs;
+    c.s3 = opt.s3;
+    c.clock = &clock;
+    c.warn = [](std::string_view what) { spdlog::warn("shardguard client: {}", what); };
+    auto conn = storage::connect(loc, std::move(c));
+    if (!conn.ok()) return std::move(conn).error().context("client");
+    owned_store = storage::shared_store(std::move(*conn));
+    store = owned_store.get();
+    return {};
+  }
+
+  // The key of a manifest given by path or URL, and its step.
+  Result<uint64_t> step_of(const std::string& manifest) const {
+    SG_ASSIGN_OR_RETURN(std::string key, storage::key_within(store->location(), manifest));
+    const auto slash = key.find('/');
+    auto step = checkpoint::parse_step_dir_name(key.substr(0, slash));
+    if (!step || key.substr(slash + 1) != checkpoint::kManifestName)
+      return Error(ErrorCode::kInvalid, "'" + manifest + "' is not a step's manifest under '" +
+                                            store->location().str() + "'");
+    return *step;
+  }
+
   // Populates the staging of async saves from start-up: sized from this rank's file in the
   // resume manifest, else the staging_bytes hint. Without either the first save pays.
   void prepare_staging(const std::optional<std::string>& manifest) {
     uint64_t bytes = 0;
     if (manifest) {
-      auto text = fs.read_file(*manifest);
+      auto key = storage::key_within(store->location(), *manifest);
+      auto text = key.ok() ? store->read(*key) : Result<std::string>(std::move(key).error());
       auto m = text.ok() ? checkpoint::parse_manifest(*text, *manifest)
                          : Result<checkpoint::Manifest>(std::move(text).error());
       if (m.ok()) bytes = checkpoint::staging_bytes_for(*m, opt.rank, opt.world_size);
@@ -277,6 +440,7 @@ Result<std::unique_ptr<Client>> Client::create(ClientOptions opt) {
     return Error(ErrorCode::kInvalid, "client: no checkpoint directory given");
   auto impl = std::make_unique<Impl>(std::move(opt));
   impl->schedule.every_steps = impl->opt.every_steps;
+  SG_RETURN_IF_ERROR(impl->open_store());
 
   if (!impl->opt.control_socket.empty()) {
     auto sock = io::UnixSocketClient::connect(impl->opt.control_socket);
@@ -309,15 +473,37 @@ std::optional<std::string> Client::resume_manifest() const {
   const auto& o = impl_->opt;
   if (!o.resume_manifest.empty()) return o.resume_manifest;
   if (o.under_shardguard) return std::nullopt;  // the supervisor said: fresh start
-  auto latest = checkpoint::latest_complete(impl_->fs, o.checkpoint_dir, checkpoint::Verify::kSize);
+  auto latest = checkpoint::latest_complete(*impl_->store, checkpoint::Verify::kSize);
   if (!latest.ok()) return std::nullopt;
-  return join_path(latest->dir, std::string(checkpoint::kManifestName));
+  return impl_->store->describe(checkpoint::manifest_key(latest->step));
 }
 
 Result<checkpoint::CheckpointReader> Client::open_resume() const {
   auto manifest = resume_manifest();
   if (!manifest) return Error(ErrorCode::kNotFound, "no checkpoint to resume from");
-  return checkpoint::CheckpointReader::open(impl_->fs, *manifest);
+  Impl* m = impl_.get();
+  checkpoint::ReaderOptions r;
+  r.on_read = [m](uint64_t bytes) { m->transfer_done += bytes; };
+  auto begin = [&](const checkpoint::CheckpointReader& reader) {
+    // This rank's share of the bytes, as an estimate of what it reads.
+    const uint64_t world = std::max<uint32_t>(1, m->opt.world_size);
+    m->begin_transfer(TransferPhase::kResume, reader.manifest().step,
+                      reader.manifest().total_bytes() / world);
+  };
+  if (impl_->store->as_directory() != nullptr) {
+    auto reader = checkpoint::CheckpointReader::open(impl_->fs, *manifest, r);
+    if (reader.ok()) begin(*reader);
+    return reader;
+  }
+  SG_ASSIGN_OR_RETURN(uint64_t step, impl_->step_of(*manifest));
+  if (const auto* s3 = &impl_->opt.s3; s3->part_size > 0) {
+    // A bucket's reads are ranged GETs of about a part each, as many at once as the budget.
+    r.request_bytes = std::min<uint64_t>(s3->part_size, 16ull << 20);
+    r.io_threads = storage::s3::parallel_parts(*s3);
+  }
+  auto reader = checkpoint::CheckpointReader::open(*impl_->store, step, r);
+  if (reader.ok()) begin(*reader);
+  return reader;
 }
 
 void Client::report_resume_failure(const Error& error) {
@@ -337,6 +523,7 @@ void Client::report_resume_failure(const Error& error, const checkpoint::Checksu
 }
 
 void Client::heartbeat(uint64_t step) {
+  impl_->end_transfer(TransferPhase::kResume);  // training runs: the resume's reads are over
   impl_->report_signals();
   const auto now = impl_->clock.now();
   Heartbeat beat{step, {}};
@@ -439,7 +626,15 @@ checkpoint::ShardWriter Client::begin_save(uint64_t step) {
   w.rank = impl_->opt.rank;
   w.world_size = impl_->opt.world_size;
   w.io_threads = impl_->opt.io_threads;
-  return checkpoint::ShardWriter(impl_->fs, w);
+  Impl* m = impl_.get();
+  w.interrupt = [m, step] { return m->save_interrupted(step); };
+  w.on_written = [m](uint64_t bytes) { m->transfer_done += bytes; };
+  if (impl_->store->location().is_bucket()) {
+    // A bucket's blocks are its multipart upload's parts, as many in flight as the budget.
+    w.block_size = impl_->opt.s3.part_size;
+    w.io_threads = storage::s3::parallel_parts(impl_->opt.s3);
+  }
+  return checkpoint::ShardWriter(*impl_->store, w);
 }
 
 Status Client::save(checkpoint::ShardWriter writer, std::optional<checkpoint::SaveReason> reason) {
@@ -467,8 +662,9 @@ Status Client::save(checkpoint::ShardWriter writer, std::optional<checkpoint::Sa
   }
   m.save_result.reset();
   m.send(Heartbeat{step, {}});  // the training thread goes on
-  m.saver = std::thread([&m, reason, w = std::move(writer)]() mutable {
-    m.save_result = m.persist(std::move(w), false, WallTime{}, reason);
+  const WallTime deadline = m.clock.wall_now() + m.opt.commit_timeout;
+  m.saver = std::thread([&m, reason, deadline, w = std::move(writer)]() mutable {
+    m.save_result = m.persist(std::move(w), false, deadline, reason);
   });
   return {};
 }

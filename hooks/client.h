@@ -37,14 +37,19 @@
 #include "core/exit_codes.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/s3/s3_options.h"
+#include "storage/store.h"
 
 namespace shardguard::hooks {
 
-// The side effects the client uses: its own default bundle (the real clock and filesystem),
-// replaced in tests.
+// The side effects the client uses: its own default bundle (the real clock and filesystem,
+// and a connection to the checkpoint location made from the environment), replaced in tests.
 struct ClientDeps {
   Clock* clock = nullptr;    // nullptr: RealClock
   Filesystem* fs = nullptr;  // nullptr: PosixFilesystem
+  // Where checkpoints go. nullptr: checkpoint_dir's own, a directory over `fs`, or a bucket
+  // reached with SHARDGUARD_S3_* (set by the supervisor) and AWS's own variables and files.
+  storage::Store* store = nullptr;
 };
 
 struct ClientOptions {
@@ -53,7 +58,7 @@ struct ClientOptions {
   uint32_t rank = 0;
   uint32_t world_size = 1;
   uint32_t local_rank = 0;
-  std::string checkpoint_dir;    // required
+  std::string checkpoint_dir;    // required: a directory or s3://BUCKET/PREFIX
   std::string resume_manifest;   // empty: fresh start (or auto-resume outside shardguard)
   std::string control_socket;    // empty: no agent
   bool under_shardguard = false;  // SHARDGUARD_JOB_ID was set
@@ -73,6 +78,9 @@ struct ClientOptions {
   // loader draws and drops this many batches once, right after resuming.
   uint64_t skip_batches = 0;
   Duration commit_timeout = std::chrono::minutes(10);  // SHARDGUARD_COMMIT_TIMEOUT_MS
+  // How to reach a bucket checkpoint_dir (SHARDGUARD_S3_*; unset ones from AWS_* as the AWS
+  // CLI reads them). Unused for a directory.
+  storage::s3::S3Options s3;
   ClientDeps deps;
 };
 

@@ -93,6 +93,15 @@ Result<ClientOptions> options_from_env(ClientOptions o) {
   if (o.checkpoint_dir.empty())
     return Error(ErrorCode::kInvalid,
                  "no checkpoint directory: set SHARDGUARD_CHECKPOINT_DIR or pass one in code");
+  // How to reach a bucket: what the supervisor resolved (SHARDGUARD_S3_*), else AWS's own.
+  auto getenv = [&](std::string_view name) -> std::optional<std::string> {
+    const char* v = env(std::string(name).c_str());
+    if (v == nullptr) return std::nullopt;
+    return std::string(v);
+  };
+  SG_ASSIGN_OR_RETURN(storage::s3::S3Options s3,
+                      storage::s3::s3_options_from_env(getenv, std::move(o.s3)));
+  o.s3 = std::move(s3);
   return o;
 }
 

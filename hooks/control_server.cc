@@ -54,6 +54,10 @@ struct ControlServer::Impl {
     } else if (auto* b = std::get_if<CheckpointBegin>(&*msg)) {
       r.saving = b->step;
       if (opt.events.on_checkpoint_begin) opt.events.on_checkpoint_begin(r.rank, b->step);
+    } else if (auto* pr = std::get_if<Progress>(&*msg)) {
+      if (opt.events.on_progress) opt.events.on_progress(r.rank, *pr);
+    } else if (auto* w = std::get_if<CheckpointWritten>(&*msg)) {
+      if (opt.events.on_written) opt.events.on_written(r.rank, w->step);
     } else if (auto* c = std::get_if<CheckpointCommitted>(&*msg)) {
       r.saving.reset();
       if (opt.events.on_committed) opt.events.on_committed(r.rank, c->step, c->manifest);

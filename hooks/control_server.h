@@ -44,6 +44,9 @@ struct ControlEvents {
   // With the loss / grad_norm windows the heartbeat carried (empty when the job reports none).
   std::function<void(const RankStatus&, const StepScalars&)> on_heartbeat;
   std::function<void(uint32_t rank, uint64_t step)> on_checkpoint_begin;
+  // The rank's part of `step` is durable (shard and sidecar published).
+  std::function<void(uint32_t rank, uint64_t step)> on_written;
+  std::function<void(uint32_t rank, const Progress&)> on_progress;
   std::function<void(uint32_t rank, uint64_t step, const std::string& manifest)> on_committed;
   std::function<void(uint32_t rank, uint64_t step, const std::string& error)> on_failed;
   std::function<void(uint32_t rank, uint64_t step)> on_passed;

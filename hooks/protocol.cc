@@ -142,15 +142,21 @@ std::string_view request_kind_name(RequestKind kind) {
   return "unknown";
 }
 
+std::string_view transfer_phase_name(TransferPhase phase) {
+  return phase == TransferPhase::kSave ? "save" : "resume";
+}
+
 std::string_view message_type(const JobMessage& m) {
   return std::visit(Overload{[](const Hello&) { return "hello"; },
                              [](const Heartbeat&) { return "heartbeat"; },
                              [](const CheckpointBegin&) { return "checkpoint_begin"; },
+                             [](const CheckpointWritten&) { return "checkpoint_written"; },
                              [](const CheckpointCommitted&) { return "checkpoint_committed"; },
                              [](const CheckpointFailed&) { return "checkpoint_failed"; },
                              [](const Passed&) { return "passed"; },
                              [](const ResumeFailed&) { return "resume_failed"; },
-                             [](const SignalReceived&) { return "signal"; }},
+                             [](const SignalReceived&) { return "signal"; },
+                             [](const Progress&) { return "progress"; }},
                     m);
 }
 
@@ -158,6 +164,8 @@ std::string_view message_type(const AgentMessage& m) {
   return std::visit(Overload{[](const Schedule&) { return "schedule"; },
                              [](const CheckpointNow&) { return "checkpoint_now"; },
                              [](const AbortSave&) { return "abort_save"; },
+                             [](const AllWritten&) { return "all_written"; },
+                             [](const Committed&) { return "committed"; },
                              [](const Stop&) { return "stop"; },
                              [](const ErrorReply&) { return "error"; }},
                     m);
@@ -177,6 +185,7 @@ std::string encode(const JobMessage& m) {
                         if (!h.scalars.empty()) o["scalars"] = encode_scalars(h.scalars);
                       },
                       [&](const CheckpointBegin& c) { o["step"] = c.step; },
+                      [&](const CheckpointWritten& c) { o["step"] = c.step; },
                       [&](const CheckpointCommitted& c) {
                         o["step"] = c.step;
                         o["manifest"] = c.manifest;
@@ -193,7 +202,13 @@ std::string encode(const JobMessage& m) {
                         o["offset"] = r.offset;
                         o["error"] = r.error;
                       },
-                      [&](const SignalReceived& s) { o["name"] = s.name; }},
+                      [&](const SignalReceived& s) { o["name"] = s.name; },
+                      [&](const Progress& p) {
+                        o["phase"] = transfer_phase_name(p.phase);
+                        o["step"] = p.step;
+                        o["done"] = p.done;
+                        o["total"] = p.total;
+                      }},
              m);
   return line(std::move(o));
 }
@@ -213,6 +228,11 @@ std::string encode(const AgentMessage& m) {
                       [&](const AbortSave& a) {
                         o["step"] = a.step;
                         o["reason"] = a.reason;
+                      },
+                      [&](const AllWritten& a) { o["step"] = a.step; },
+                      [&](const Committed& c) {
+                        o["step"] = c.step;
+                        o["manifest"] = c.manifest;
                       },
                       [&](const Stop& s) { o["deadline_unix_ms"] = s.deadline_unix_ms; },
                       [&](const ErrorReply& e) { o["message"] = e.message; }},
@@ -254,6 +274,11 @@ Result<JobMessage> decode_job_message(std::string_view text) {
       SG_ASSIGN_OR_RETURN(uint64_t step, r.u64("step"));
       return CheckpointBegin{step};
     }));
+  if (type == "checkpoint_written")
+    return wrap(finish<CheckpointWritten>(r, [&]() -> Result<CheckpointWritten> {
+      SG_ASSIGN_OR_RETURN(uint64_t step, r.u64("step"));
+      return CheckpointWritten{step};
+    }));
   if (type == "checkpoint_committed")
     return wrap(finish<CheckpointCommitted>(r, [&]() -> Result<CheckpointCommitted> {
       CheckpointCommitted c;
@@ -291,6 +316,18 @@ Result<JobMessage> decode_job_message(std::string_view text) {
         return Error(ErrorCode::kInvalid, "signal: field 'name' must be SIGTERM or SIGINT");
       return s;
     }));
+  if (type == "progress")
+    return wrap(finish<Progress>(r, [&]() -> Result<Progress> {
+      Progress p;
+      SG_ASSIGN_OR_RETURN(std::string phase, r.str("phase"));
+      if (phase == "save") p.phase = TransferPhase::kSave;
+      else if (phase == "resume") p.phase = TransferPhase::kResume;
+      else return Error(ErrorCode::kInvalid, "progress: field 'phase' must be save or resume");
+      SG_ASSIGN_OR_RETURN(p.step, r.u64("step"));
+      SG_ASSIGN_OR_RETURN(p.done, r.u64("done"));
+      SG_ASSIGN_OR_RETURN(p.total, r.u64("total"));
+      return p;
+    }));
   return Error(ErrorCode::kInvalid, "unknown message type '" + type + "'");
 }
 
@@ -325,6 +362,18 @@ Result<AgentMessage> decode_agent_message(std::string_view text) {
       SG_ASSIGN_OR_RETURN(a.step, r.u64("step"));
       SG_ASSIGN_OR_RETURN(a.reason, r.str("reason"));
       return a;
+    }));
+  if (type == "all_written")
+    return wrap(finish<AllWritten>(r, [&]() -> Result<AllWritten> {
+      SG_ASSIGN_OR_RETURN(uint64_t step, r.u64("step"));
+      return AllWritten{step};
+    }));
+  if (type == "committed")
+    return wrap(finish<Committed>(r, [&]() -> Result<Committed> {
+      Committed c;
+      SG_ASSIGN_OR_RETURN(c.step, r.u64("step"));
+      SG_ASSIGN_OR_RETURN(c.manifest, r.str("manifest"));
+      return c;
     }));
   if (type == "stop")
     return wrap(finish<Stop>(r, [&]() -> Result<Stop> {

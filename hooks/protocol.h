@@ -2,12 +2,18 @@
 // per line over a Unix socket (DESIGN.md section 4), versioned, strictly parsed.
 //
 //   job -> agent : hello, heartbeat{step, scalars?}, checkpoint_begin{step},
-//                  checkpoint_committed{step, manifest}, checkpoint_failed{step, error},
-//                  passed{step}, resume_failed{manifest, file, offset, error},
-//                  signal{name}
+//                  checkpoint_written{step}, checkpoint_committed{step, manifest},
+//                  checkpoint_failed{step, error}, passed{step},
+//                  resume_failed{manifest, file, offset, error}, signal{name},
+//                  progress{phase, step, done, total}
 //   agent -> job : schedule{every_steps, every_ms}, checkpoint_now{deadline_unix_ms, kind,
-//                  reason, at_step}, abort_save{step, reason}, stop{deadline_unix_ms},
-//                  error{message}
+//                  reason, at_step}, abort_save{step, reason}, all_written{step},
+//                  committed{step, manifest}, stop{deadline_unix_ms}, error{message}
+//
+// A save's progress travels here, not through the checkpoint location: each rank says when
+// its part is durable (checkpoint_written), the supervisor tells the committer once every
+// rank's is (all_written), and tells everyone once the commit was read back (committed). So
+// no rank polls a bucket for another's files.
 //
 // Every line is {"v":2,"type":"...", ...fields}. Unknown types, missing fields, fields of
 // the wrong type, unknown fields and repeated keys are errors (the agent answers with `error`
@@ -50,6 +56,10 @@ struct Heartbeat {
 struct CheckpointBegin {
   uint64_t step = 0;
 };
+// This rank's shard and sidecar of `step` are durable and published.
+struct CheckpointWritten {
+  uint64_t step = 0;
+};
 struct CheckpointCommitted {
   uint64_t step = 0;
   std::string manifest;  // path of the committed manifest.json
@@ -78,8 +88,19 @@ struct ResumeFailed {
 struct SignalReceived {
   std::string name;
 };
-using JobMessage = std::variant<Hello, Heartbeat, CheckpointBegin, CheckpointCommitted,
-                                CheckpointFailed, Passed, ResumeFailed, SignalReceived>;
+// A long transfer's progress (a save's writes, a resume's reads), every second or so while it
+// runs: bytes done of `total` (a resume's total is this rank's share, estimated).
+enum class TransferPhase { kSave, kResume };
+std::string_view transfer_phase_name(TransferPhase phase);  // "save", "resume"
+struct Progress {
+  TransferPhase phase = TransferPhase::kSave;
+  uint64_t step = 0;
+  uint64_t done = 0;
+  uint64_t total = 0;
+};
+using JobMessage = std::variant<Hello, Heartbeat, CheckpointBegin, CheckpointWritten,
+                                CheckpointCommitted, CheckpointFailed, Passed, ResumeFailed,
+                                SignalReceived, Progress>;
 
 // Agent -> job.
 struct Schedule {
@@ -102,6 +123,15 @@ struct AbortSave {
   uint64_t step = 0;
   std::string reason;
 };
+// Every rank wrote its part of `step`: the committer (rank 0) commits now.
+struct AllWritten {
+  uint64_t step = 0;
+};
+// The commit of `step` was read back by the supervisor: a rank waiting for it goes on.
+struct Committed {
+  uint64_t step = 0;
+  std::string manifest;
+};
 // Exit now, saving nothing (the supervisor is tearing the ranks down).
 struct Stop {
   int64_t deadline_unix_ms = 0;
@@ -109,7 +139,8 @@ struct Stop {
 struct ErrorReply {
   std::string message;
 };
-using AgentMessage = std::variant<Schedule, CheckpointNow, AbortSave, Stop, ErrorReply>;
+using AgentMessage =
+    std::variant<Schedule, CheckpointNow, AbortSave, AllWritten, Committed, Stop, ErrorReply>;
 
 // One line, newline included.
 std::string encode(const JobMessage& message);

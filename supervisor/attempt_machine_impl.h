@@ -51,6 +51,7 @@ struct AttemptState {
   bool resize = false;
   bool save_out_of_space = false;
   bool resume_failed = false;
+  std::map<uint64_t, std::set<uint32_t>> written;  // by step: ranks whose part is durable
   std::optional<policies::Anomaly> divergence;  // the guard stopped this attempt
   std::optional<std::string> launch_error;  // the command cannot start: give up
   std::optional<event::Abort> abort;        // the job cannot go on here: end after teardown
@@ -192,6 +193,7 @@ struct AttemptMachine::Impl {
   // --- machine_checkpoints.cc -----------------------------------------------------------
   void on(Now, const event::Heartbeats&);
   void on(Now, const event::SaveBegan&);
+  void on(Now, const event::ShardWritten&);
   void on(Now, const event::Committed&);
   void on(Now, const event::SaveFailed&);
   void on(Now, const event::Passed&);

@@ -3,7 +3,9 @@
 #include <boost/json.hpp>
 
 #include "checkpoint/json_fields.h"
+#include "checkpoint/paths.h"
 #include "checkpoint/strict_json.h"
+#include "storage/dir_store.h"
 
 namespace shardguard::supervisor {
 namespace json = boost::json;
@@ -121,26 +123,40 @@ Result<CoordinatorState> parse_coordinator_state(std::string_view text) {
 }
 
 std::string coordinator_state_path(const std::string& checkpoint_dir) {
-  return join_path(join_path(checkpoint_dir, ".shardguard"), "coordinator.json");
+  return storage::Location::parse(checkpoint_dir)
+      .value_or(storage::Location::directory(checkpoint_dir))
+      .describe(checkpoint::meta_key(checkpoint::kCoordinatorStateName));
+}
+
+Status store_coordinator_state(storage::Store& store, CoordinatorState state, WallTime now) {
+  state.written_unix_ms = to_unix_ms(now);
+  SG_RETURN_IF_ERROR(store.put(checkpoint::meta_key(checkpoint::kCoordinatorStateName),
+                               coordinator_state_to_json(state)));
+  return {};
+}
+
+Result<std::optional<CoordinatorState>> load_coordinator_state(storage::Store& store) {
+  const std::string key = checkpoint::meta_key(checkpoint::kCoordinatorStateName);
+  auto text = store.read(key);
+  if (!text.ok()) {
+    if (text.error().code() == ErrorCode::kNotFound) return std::optional<CoordinatorState>{};
+    return std::move(text).error();
+  }
+  auto s = parse_coordinator_state(*text);
+  if (!s.ok()) return std::move(s).error().context(store.describe(key));
+  return std::optional<CoordinatorState>(std::move(*s));
 }
 
 Status store_coordinator_state(Filesystem& fs, const std::string& checkpoint_dir,
                                CoordinatorState state, WallTime now) {
-  state.written_unix_ms = to_unix_ms(now);
-  SG_RETURN_IF_ERROR(fs.create_dirs(join_path(checkpoint_dir, ".shardguard")));
-  return atomic_write_file(fs, coordinator_state_path(checkpoint_dir),
-                           coordinator_state_to_json(state));
+  storage::DirectoryStore store(fs, checkpoint_dir);
+  return store_coordinator_state(store, std::move(state), now);
 }
 
 Result<std::optional<CoordinatorState>> load_coordinator_state(Filesystem& fs,
                                                                const std::string& checkpoint_dir) {
-  const std::string path = coordinator_state_path(checkpoint_dir);
-  SG_ASSIGN_OR_RETURN(bool exists, fs.exists(path));
-  if (!exists) return std::optional<CoordinatorState>{};
-  SG_ASSIGN_OR_RETURN(std::string text, fs.read_file(path));
-  auto s = parse_coordinator_state(text);
-  if (!s.ok()) return std::move(s).error().context(path);
-  return std::optional<CoordinatorState>(std::move(*s));
+  storage::DirectoryStore store(fs, checkpoint_dir);
+  return load_coordinator_state(store);
 }
 
 }  // namespace shardguard::supervisor

@@ -16,6 +16,7 @@
 #include "core/clock.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 #include "supervisor/machine_events.h"
 
 namespace shardguard::supervisor {
@@ -49,8 +50,11 @@ std::string coordinator_state_to_json(const CoordinatorState& state);
 // Strict; kCorrupt names the problem.
 Result<CoordinatorState> parse_coordinator_state(std::string_view json);
 
-// <checkpoint_dir>/.shardguard/coordinator.json
+// <checkpoint_dir>/.shardguard/coordinator.json (or the bucket's URL of it)
 std::string coordinator_state_path(const std::string& checkpoint_dir);
+// In a Store (a directory or, for a job that shares nothing but a bucket, the bucket).
+Status store_coordinator_state(storage::Store& store, CoordinatorState state, WallTime now);
+Result<std::optional<CoordinatorState>> load_coordinator_state(storage::Store& store);
 Status store_coordinator_state(Filesystem& fs, const std::string& checkpoint_dir,
                                CoordinatorState state, WallTime now);
 // nullopt when there is none.

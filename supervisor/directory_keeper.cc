@@ -24,6 +24,7 @@ namespace shardguard::supervisor {
 struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   io::Deps d;
   JobConfig cfg;
+  storage::Store& store;
   std::mutex lease_mu;  // lease operations run on the worker's threads
   std::optional<checkpoint::DirectoryLease> lease;
   std::unique_ptr<Timer> renew_timer;
@@ -39,17 +40,23 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   std::optional<uint64_t> newest_bytes;  // size of the newest committed checkpoint
   std::vector<uint64_t> rolled_back;     // steps quarantined by --resume-from, newest first
 
-  Impl(const io::Deps& deps, const JobConfig& c) : d(deps), cfg(c) {}
+  Impl(const io::Deps& deps, const JobConfig& c, storage::Store& s) : d(deps), cfg(c), store(s) {}
+
+  // Free bytes where checkpoints go: a directory's disk; a bucket has no such limit here.
+  std::optional<Result<uint64_t>> free_space() const {
+    if (store.as_directory() == nullptr) return std::nullopt;
+    return d.fs.free_space(cfg.checkpoint_dir);
+  }
 
   std::weak_ptr<Impl> weak() { return weak_from_this(); }
 
   // Quarantined steps older than [checkpoint] quarantine_keep are removed (each logged); a
   // failure is only a warning: the evidence stays, the run goes on.
-  void expire_quarantined(Filesystem& fs, const std::string& dir, WallTime now) {
-    auto quarantined = checkpoint::list_quarantined(fs, dir);
+  void expire_quarantined(WallTime now) {
+    auto quarantined = checkpoint::list_quarantined(store);
     if (!quarantined.ok()) return spdlog::warn("quarantine: {}", quarantined.error().message());
     for (const auto& r : checkpoint::plan_quarantine_gc(*quarantined, now, cfg.quarantine_keep)) {
-      if (auto st = checkpoint::remove_checkpoint_dir(fs, r.dir); !st.ok()) {
+      if (auto st = checkpoint::apply_removal(store, r); !st.ok()) {
         spdlog::warn("quarantine: {}", st.error().message());
         continue;
       }
@@ -63,7 +70,7 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   // `after_attempt`, the step this attempt resumed from: it is kept until the attempt ends).
   checkpoint::SpaceRecoveryPlan room_plan(uint64_t needed, std::string_view purpose,
                                           bool after_attempt = false) {
-    auto quarantined = checkpoint::list_quarantined(d.fs, cfg.checkpoint_dir);
+    auto quarantined = checkpoint::list_quarantined(store);
     std::set<uint64_t> keep(tracker->in_flight().begin(), tracker->in_flight().end());
     if (protected_step && !after_attempt) keep.insert(*protected_step);
     return checkpoint::plan_space_recovery(
@@ -108,7 +115,9 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
     const std::string what = failed ? "the save of step " + std::to_string(*failed) +
                                           " found the disk under '" + dir + "' full"
                                     : "the disk under '" + dir + "' is nearly full";
-    auto free = d.fs.free_space(dir);
+    auto measured = free_space();
+    if (!measured) return;  // a bucket
+    auto& free = *measured;
     if (!free.ok()) {
       if (failed) spdlog::warn("{}: {}", what, free.error().message());
       return;
@@ -160,14 +169,18 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
 
   // A few hundred bytes, written atomically; only between attempts or at the end.
   void store_history() {
-    if (auto st = checkpoint::store_dir_history(d.fs, cfg.checkpoint_dir, history,
-                                                d.clock.wall_now());
+    if (auto st = checkpoint::store_dir_history(store, history, d.clock.wall_now());
         !st.ok())
       spdlog::warn("history: {}", st.error().message());
   }
 
   void arm_renewal() {
-    renew_timer->arm(checkpoint::kLeaseRenewInterval, [this] {
+    Duration every = checkpoint::kLeaseRenewInterval;
+    {
+      std::lock_guard l(lease_mu);
+      if (lease) every = lease->renew_interval();
+    }
+    renew_timer->arm(every, [this] {
       auto self = weak();
       run_off_loop<Status>(
           d.worker,
@@ -198,11 +211,11 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   void apply(std::vector<checkpoint::Removal> removals) {
     if (removals.empty()) return;
     auto self = weak();
-    Filesystem& fs = d.fs;
+    storage::Store& s = store;
     for (auto& r : removals) {
       spdlog::info("retention: {}", r.why);
       run_off_loop<Status>(
-          d.worker, [&fs, dir = r.dir] { return checkpoint::remove_checkpoint_dir(fs, dir); },
+          d.worker, [&s, r] { return checkpoint::apply_removal(s, r); },
           [self, step = r.step, dir = r.dir](Status st) {
             auto p = self.lock();
             if (!p) return;
@@ -217,14 +230,13 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   void apply_then(std::vector<checkpoint::Removal> removals, std::function<void(Impl&)> then) {
     for (const auto& r : removals) spdlog::info("retention: {}", r.why);
     auto self = weak();
-    Filesystem& fs = d.fs;
+    storage::Store& s = store;
     using Outcomes = std::vector<std::pair<uint64_t, Status>>;
     run_off_loop<Outcomes>(
         d.worker,
-        [&fs, removals = std::move(removals)] {
+        [&s, removals = std::move(removals)] {
           Outcomes out;
-          for (const auto& r : removals)
-            out.emplace_back(r.step, checkpoint::remove_checkpoint_dir(fs, r.dir));
+          for (const auto& r : removals) out.emplace_back(r.step, checkpoint::apply_removal(s, r));
           return out;
         },
         [self, then = std::move(then)](Outcomes outcomes) {
@@ -239,8 +251,9 @@ struct DirectoryKeeper::Impl : std::enable_shared_from_this<Impl> {
   }
 };
 
-DirectoryKeeper::DirectoryKeeper(const io::Deps& deps, const JobConfig& config)
-    : impl_(std::make_shared<Impl>(deps, config)) {
+DirectoryKeeper::DirectoryKeeper(const io::Deps& deps, const JobConfig& config,
+                                 storage::Store& store)
+    : impl_(std::make_shared<Impl>(deps, config, store)) {
   impl_->renew_timer = deps.timers.make_timer();
 }
 
@@ -253,28 +266,33 @@ DirectoryKeeper::~DirectoryKeeper() {
 Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& explicit_job_id,
                                           bool take_over, Epoch first_epoch) {
   Impl& m = *impl_;
-  Filesystem& fs = m.d.fs;
+  storage::Store& store = m.store;
   const std::string& dir = m.cfg.checkpoint_dir;
+  const bool bucket = store.location().is_bucket();
+  const std::string where = std::string(bucket ? "checkpoint location '" : "checkpoint directory '") +
+                            dir + "'";
   const WallTime now = m.d.clock.wall_now();
-  auto decided = checkpoint::decide_job_id(fs, dir, explicit_job_id, take_over, now);
+  auto decided = checkpoint::decide_job_id(store, explicit_job_id, take_over, now);
   if (!decided.ok()) {
     // Another job's directory: requeueing will not change that.
     if (decided.error().code() == ErrorCode::kInvalid)
       return Error(ErrorCode::kFenced, decided.error().message());
     return std::move(decided).error();
   }
+  checkpoint::LeaseOptions lease_options;
+  // A bucket has no flock: a holder is stale once the server saw no renewal for this long
+  // (renewed every 5 s: a PUT each, not one a second).
+  if (bucket) lease_options.stale_after = m.cfg.lease_timeout;
   auto lease = checkpoint::DirectoryLease::acquire(
-      fs, dir, checkpoint::this_process_owner(decided->job_id, first_epoch), now);
+      store, checkpoint::this_process_owner(decided->job_id, first_epoch), now, lease_options);
   if (!lease.ok()) {
     if (lease.error().code() == ErrorCode::kFenced)
-      return Error(ErrorCode::kFenced, "checkpoint directory '" + dir + "' is in use: " +
-                                           lease.error().message());
+      return Error(ErrorCode::kFenced, where + " is in use: " + lease.error().message());
     return std::move(lease).error();
   }
   if (auto& prev = lease->took_over_from())
-    spdlog::warn("took over the checkpoint directory from {}",
-                 checkpoint::describe_holder(*prev, now));
-  if (!lease->timestamp_only_reason().empty())
+    spdlog::warn("took over the {} from {}", where, checkpoint::describe_holder(*prev, now));
+  if (!lease->timestamp_only_reason().empty() && !bucket)
     spdlog::warn("checkpoint directory lease rests on timestamps alone: {}",
                  lease->timestamp_only_reason());
   {
@@ -282,48 +300,49 @@ Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& expl
     m.lease.emplace(std::move(*lease));
   }
   // The id the lease was taken under (a generated one must not be generated anew).
-  auto resolved = checkpoint::resolve_job_id(fs, dir, decided->job_id, take_over, now);
+  auto resolved = checkpoint::resolve_job_id(store, decided->job_id, take_over, now);
   if (!resolved.ok()) {
     if (resolved.error().code() == ErrorCode::kInvalid)
       return Error(ErrorCode::kFenced, resolved.error().message());
     return std::move(resolved).error();
   }
   if (resolved->source == checkpoint::JobIdSource::kTakenOver)
-    spdlog::warn("the checkpoint directory now belongs to job '{}' (it was '{}')", resolved->job_id,
+    spdlog::warn("the {} now belongs to job '{}' (it was '{}')", where, resolved->job_id,
                  resolved->previous_job_id);
   else
     spdlog::info("job '{}' ({})", resolved->job_id, checkpoint::job_id_source_name(resolved->source));
 
-  auto history = checkpoint::load_dir_history(fs, dir);
+  auto history = checkpoint::load_dir_history(store);
   if (!history.ok()) {
     spdlog::warn("{}; starting a new history", history.error().message());
-    (void)checkpoint::reset_dir_history(fs, dir, now);
+    (void)checkpoint::reset_dir_history(store, now);
     m.history = {};
   } else {
     m.history = *history;
   }
   m.history_ok = true;
   if (auto futile = checkpoint::requeue_futile(m.history, m.cfg.futile_requeue_limit))
-    return Error(ErrorCode::kFenced, "requeueing will not help: " + *futile +
-                                         " (remove " + dir + "/.shardguard/history.json after "
-                                         "fixing the cause)");
+    return Error(ErrorCode::kFenced,
+                 "requeueing will not help: " + *futile + " (remove " +
+                     store.describe(checkpoint::meta_key(checkpoint::kDirHistoryName)) +
+                     " after fixing the cause)");
 
   if (m.cfg.resume_from_step || m.cfg.resume_from_none) {
-    SG_ASSIGN_OR_RETURN(m.rolled_back, roll_back(fs, dir, m.cfg.resume_from_step, m.cfg.fresh, now));
+    SG_ASSIGN_OR_RETURN(m.rolled_back, roll_back(store, m.cfg.resume_from_step, m.cfg.fresh, now));
   }
-  m.expire_quarantined(fs, dir, now);
+  m.expire_quarantined(now);
 
   checkpoint::RetentionPolicy p{m.cfg.keep_last, m.cfg.keep_every, {}};
   m.tracker = std::make_unique<checkpoint::RetentionTracker>(dir, p);
-  if (auto st = m.tracker->scan(fs); !st.ok())
+  if (auto st = m.tracker->scan(store); !st.ok())
     spdlog::warn("retention scan: {}", st.error().message());
   for (const auto& s : m.tracker->steps()) {
     if (s.state != checkpoint::CheckpointState::kComplete) continue;
     m.newest_bytes = s.bytes;
     break;
   }
-  if (auto free = fs.free_space(dir); free.ok())
-    if (auto full = m.never_fits(*free))
+  if (auto free = m.free_space(); free && free->ok())
+    if (auto full = m.never_fits(**free))
       return Error(ErrorCode::kFenced, "requeueing will not help: " + *full);
   m.room_for_next(std::nullopt);
   m.arm_renewal();
@@ -408,12 +427,12 @@ const std::vector<uint64_t>& DirectoryKeeper::rolled_back() const { return impl_
 void DirectoryKeeper::quarantine(uint64_t step, const std::string& reason,
                                  std::function<void(Result<std::string>)> done) {
   Impl& m = *impl_;
-  Filesystem& fs = m.d.fs;
+  storage::Store& store = m.store;
   auto self = m.weak();
   run_off_loop<Result<std::string>>(
       m.d.worker,
-      [&fs, dir = m.cfg.checkpoint_dir, step, reason, now = m.d.clock.wall_now()]() -> Result<std::string> {
-        SG_ASSIGN_OR_RETURN(auto entry, checkpoint::quarantine_step(fs, dir, step, reason, now,
+      [&store, step, reason, now = m.d.clock.wall_now()]() -> Result<std::string> {
+        SG_ASSIGN_OR_RETURN(auto entry, checkpoint::quarantine_step(store, step, reason, now,
                                                                     "shardguard run"));
         return entry.dir;
       },
@@ -426,13 +445,13 @@ void DirectoryKeeper::quarantine(uint64_t step, const std::string& reason,
 void DirectoryKeeper::quarantine_from(uint64_t from, const std::string& reason,
                                       std::function<void(std::vector<QuarantineOutcome>)> done) {
   Impl& m = *impl_;
-  Filesystem& fs = m.d.fs;
+  storage::Store& store = m.store;
   auto self = m.weak();
   run_off_loop<std::vector<QuarantineOutcome>>(
       m.d.worker,
-      [&fs, dir = m.cfg.checkpoint_dir, from, reason, now = m.d.clock.wall_now()] {
+      [&store, from, reason, now = m.d.clock.wall_now()] {
         std::vector<QuarantineOutcome> out;
-        auto steps = checkpoint::list_checkpoints(fs, dir, checkpoint::Verify::kSize);
+        auto steps = checkpoint::list_checkpoints(store, checkpoint::Verify::kSize);
         if (!steps.ok()) {
           QuarantineOutcome failed;
           failed.step = from;
@@ -444,7 +463,7 @@ void DirectoryKeeper::quarantine_from(uint64_t from, const std::string& reason,
           if (e.step < from) continue;
           QuarantineOutcome o;
           o.step = e.step;
-          auto q = checkpoint::quarantine_step(fs, dir, e.step, reason, now, "shardguard run");
+          auto q = checkpoint::quarantine_step(store, e.step, reason, now, "shardguard run");
           if (q.ok()) o.path = q->dir;
           else o.error = q.error().message();
           out.push_back(std::move(o));
@@ -460,11 +479,12 @@ void DirectoryKeeper::quarantine_from(uint64_t from, const std::string& reason,
 void DirectoryKeeper::make_room(std::function<void()> done) {
   Impl& m = *impl_;
   if (!m.tracker || !m.newest_bytes) return done();
-  auto free = m.d.fs.free_space(m.cfg.checkpoint_dir);
-  if (!free.ok() || *free >= *m.newest_bytes) return done();
-  auto plan = m.room_plan(*m.newest_bytes - *free, "an emergency save");
+  auto measured = m.free_space();
+  if (!measured || !measured->ok() || **measured >= *m.newest_bytes) return done();
+  const uint64_t free = **measured;
+  auto plan = m.room_plan(*m.newest_bytes - free, "an emergency save");
   spdlog::warn("the disk under '{}' has {} free, the checkpoint needs about {}: freeing {}{}",
-               m.cfg.checkpoint_dir, format_size(*free), format_size(*m.newest_bytes),
+               m.cfg.checkpoint_dir, format_size(free), format_size(*m.newest_bytes),
                format_size(plan.bytes_freed), plan.enough ? "" : " (not enough)");
   if (plan.removals.empty()) return done();
   m.apply_then(std::move(plan.removals), [done = std::move(done)](Impl&) { done(); });

@@ -30,7 +30,9 @@ struct QuarantineOutcome {
 
 class DirectoryKeeper {
  public:
-  DirectoryKeeper(const io::Deps& deps, const JobConfig& config);
+  // `store` is where the job's checkpoints live (a directory or a bucket); it must outlive
+  // the keeper. A bucket has no disk to fill: the space rules below apply to directories.
+  DirectoryKeeper(const io::Deps& deps, const JobConfig& config, storage::Store& store);
   ~DirectoryKeeper();
 
   // Takes the directory for this run: resolves the job id (the directory's own unless one is

@@ -17,6 +17,8 @@
 #include "hooks/lifecycle.h"
 #include "policies/checkpoint_interval.h"
 #include "policies/divergence_guard.h"
+#include "storage/location.h"
+#include "storage/s3/s3_options.h"
 
 namespace shardguard::supervisor {
 
@@ -39,6 +41,8 @@ struct JobConfig {
   bool fresh = false;
   std::vector<std::string> command;    // the rank command (after `--`)
   uint32_t nproc = 1;
+  // Where checkpoints go: a directory, or s3://BUCKET/PREFIX (storage/location.h). Checked
+  // when the config is read; checkpoint_location() is the typed form.
   std::string checkpoint_dir = "checkpoints";
   std::string run_dir = "shardguard-run";
   // The group given the run and checkpoint directories and what shardguard creates in them
@@ -48,6 +52,13 @@ struct JobConfig {
   std::string master_addr = "127.0.0.1";
   uint16_t master_port = 29500;
   std::map<std::string, std::string> env;  // extra environment for every rank
+
+  // [storage]: how to reach the bucket of an s3:// checkpoint_dir (storage/s3/s3_options.h
+  // has every key and its default); endpoint and region are resolved at start.
+  storage::s3::S3Options storage;
+  // A bucket's lease without a renewal this long (by the server's clock) is stale and may be
+  // taken over (a directory's flock needs no timeout).
+  Duration lease_timeout = std::chrono::seconds(15);
 
   // [checkpoint]
   IntervalMode interval_mode = IntervalMode::kSteps;
@@ -122,5 +133,10 @@ struct JobConfig {
   std::string log_format = "text";
   std::string log_level = "info";
 };
+
+// The typed form of checkpoint_dir; kInvalid names the text and what is wrong with it.
+inline Result<storage::Location> checkpoint_location(const JobConfig& c) {
+  return storage::Location::parse(c.checkpoint_dir);
+}
 
 }  // namespace shardguard::supervisor

@@ -57,6 +57,9 @@ void read_job(Section s, JobConfig& c) {
   }
   s.integer("nproc", c.nproc, 1, kMaxU32);
   s.string("checkpoint_dir", c.checkpoint_dir);
+  if (const toml::node* n = s.get("checkpoint_dir"); n && n->is_string())
+    if (auto loc = storage::Location::parse(c.checkpoint_dir); !loc.ok())
+      s.bad(*n, "checkpoint_dir", loc.error().message());
   s.string("run_dir", c.run_dir);
   s.string("master_addr", c.master_addr);
   s.integer("master_port", c.master_port, 1, 65535);
@@ -219,6 +222,34 @@ void size(Section& s, std::string_view key, uint64_t& out) {
   out = *parsed;
 }
 
+// [storage]: the bucket behind an s3:// checkpoint_dir.
+void read_storage(Section s, JobConfig& c) {
+  storage::s3::S3Options& o = c.storage;
+  s.string("endpoint", o.endpoint);
+  s.string("region", o.region);
+  s.choice("addressing", o.addressing,
+           {{"auto", storage::s3::Addressing::kAuto},
+            {"path", storage::s3::Addressing::kPath},
+            {"virtual", storage::s3::Addressing::kVirtual}});
+  const toml::node* part = s.get("part_size");
+  size(s, "part_size", o.part_size);
+  if (part && (o.part_size < storage::s3::kMinPartSize || o.part_size > storage::s3::kMaxPartSize))
+    s.bad(*part, "part_size", format_size(o.part_size) + " is outside S3's 5MiB to 5GiB for a part");
+  const toml::node* inflight = s.get("max_inflight");
+  size(s, "max_inflight", o.max_inflight);
+  if (inflight && o.max_inflight < o.part_size)
+    s.bad(*inflight, "max_inflight",
+          format_size(o.max_inflight) + " is less than one part (" + format_size(o.part_size) + ")");
+  s.duration("request_timeout", o.request_timeout, true, kDay);
+  s.duration("stall_timeout", o.stall_time, true, kHour);
+  s.integer("retries", o.retries, 0, 20);
+  flag(s, "tls_verify", o.tls_verify);
+  flag(s, "allow_http", o.allow_http);
+  s.string("ca_file", o.ca_file);
+  s.duration("lease_timeout", c.lease_timeout, true, kDay);
+  s.finish();
+}
+
 // The node checks: checks = false turns them all off.
 void read_node_health(Section& s, agent::HealthSettings& h) {
   flag(s, "checks", h.enabled);
@@ -316,6 +347,7 @@ void read_root(const toml::table& root, JobConfig& c, Problems& problems) {
   };
   read_job(section("job"), c);
   read_checkpoint(section("checkpoint"), c);
+  read_storage(section("storage"), c);
   read_restart(section("restart"), c, problems);
   {
     Section health = section("health");

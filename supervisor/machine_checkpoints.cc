@@ -85,6 +85,15 @@ void AttemptMachine::Impl::on(Now now, const event::SaveBegan& e) {
   save_begin.try_emplace(e.step, now.steady);
 }
 
+void AttemptMachine::Impl::on(Now, const event::ShardWritten& e) {
+  if (!in_current_attempt(e.epoch) || e.rank >= attempt->world_size) return;
+  auto& ranks = attempt->written[e.step];
+  if (!ranks.insert(e.rank).second || ranks.size() != attempt->world_size) return;
+  out.push_back(command::AllWritten{e.epoch, e.step});
+  // Older steps can no longer complete in this attempt: forget them.
+  attempt->written.erase(attempt->written.begin(), attempt->written.find(e.step));
+}
+
 void AttemptMachine::Impl::check_save_window(Duration took, std::string_view when) {
   // No window configured (the simulator, unit tests): nothing to compare with.
   if (took <= Duration{0} || cfg.save_window.stop_grace <= Duration{0}) return;
@@ -124,6 +133,7 @@ void AttemptMachine::Impl::on(Now now, const event::Committed& e) {
   record("checkpoint_committed", {{"attempt", e.epoch}, {"step", e.step},
                                   {"seconds", to_seconds(took)}, {"bytes", e.bytes},
                                   {"manifest", e.manifest}});
+  out.push_back(command::SaveCommitted{e.epoch, e.step, e.manifest});
   check_save_window(took, "commit");
   hook("checkpoint_committed", {{"step", std::to_string(e.step)}, {"manifest", e.manifest}});
   if (guard_committed(e)) return;  // after the anomaly: set aside, not a checkpoint to count on

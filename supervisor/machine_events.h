@@ -122,6 +122,14 @@ struct Committed {
   std::string manifest;
   uint64_t bytes = 0;
 };
+// A rank's shard and sidecar of `step` are durable (written and published): the committer
+// learns that every rank's are from the supervisor (command::AllWritten), never by polling
+// the checkpoint location (a bucket would be asked once per rank per poll).
+struct ShardWritten {
+  Epoch epoch = 0;
+  uint32_t rank = 0;
+  uint64_t step = 0;
+};
 struct SaveFailed {
   Epoch epoch = 0;
   uint32_t rank = 0;
@@ -188,7 +196,8 @@ struct Abort {
 using Event =
     std::variant<event::NodeJoined, event::NodeLost, event::ResumeFound, event::NodeLaunched,
                  event::LaunchFailed, event::RankHello, event::Heartbeats, event::SaveBegan,
-                 event::Committed, event::SaveFailed, event::Passed, event::ResumeFailed,
+                 event::ShardWritten, event::Committed, event::SaveFailed, event::Passed,
+                 event::ResumeFailed,
                  event::RankExited, event::NodeStopped, event::Notice, event::NodeUnhealthy,
                  event::TimerFired, event::Abort>;
 
@@ -233,6 +242,18 @@ struct AbortSave {
   Epoch epoch = 0;
   uint64_t step = 0;
   std::string why;
+};
+// Every rank of `epoch` wrote its part of `step`: the committer (global rank 0) commits now.
+struct AllWritten {
+  Epoch epoch = 0;
+  uint64_t step = 0;
+};
+// The commit of `step` was read back and matched: ranks waiting for it (an emergency save)
+// go on.
+struct SaveCommitted {
+  Epoch epoch = 0;
+  uint64_t step = 0;
+  std::string manifest;
 };
 struct ArmTimer {
   TimerId id = TimerId::kBackoff;
@@ -288,7 +309,8 @@ struct Finish {
 
 using Command =
     std::variant<command::FindResume, command::Launch, command::TearDown, command::CheckpointNow,
-                 command::AbortSave, command::ArmTimer, command::CancelTimer, command::Record,
+                 command::AbortSave, command::AllWritten, command::SaveCommitted,
+                 command::ArmTimer, command::CancelTimer, command::Record,
                  command::Hook, command::AckNotice, command::Release, command::Quarantine,
                  command::QuarantineFrom, command::CollectHangReport, command::Finish>;
 using Commands = std::vector<Command>;

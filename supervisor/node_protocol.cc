@@ -34,6 +34,10 @@ Result<json::object> encode_command(const Command& c) {
             o["reason"] = x.reason; o["kind"] = kind_text(x.kind);
           },
           [&](const command::AbortSave& x) { o["epoch"] = x.epoch; o["step"] = x.step; o["why"] = x.why; },
+          [&](const command::AllWritten& x) { o["epoch"] = x.epoch; o["step"] = x.step; },
+          [&](const command::SaveCommitted& x) {
+            o["epoch"] = x.epoch; o["step"] = x.step; o["manifest"] = x.manifest;
+          },
           [&](const command::CollectHangReport& x) { o["epoch"] = x.epoch; o["rank"] = x.rank; },
           [&](const command::AckNotice& x) { o["notice_id"] = x.notice_id; },
           [&](const command::Release& x) { o["node"] = x.node; o["why"] = x.why; },
@@ -98,6 +102,19 @@ Result<Command> decode_command(Reader& r, const std::string& name) {
     SG_ASSIGN_OR_RETURN(x.epoch, r.u64("epoch"));
     SG_ASSIGN_OR_RETURN(x.step, r.u64("step"));
     SG_ASSIGN_OR_RETURN(x.why, r.str("why"));
+    return Command(x);
+  }
+  if (name == "all_written") {
+    command::AllWritten x;
+    SG_ASSIGN_OR_RETURN(x.epoch, r.u64("epoch"));
+    SG_ASSIGN_OR_RETURN(x.step, r.u64("step"));
+    return Command(x);
+  }
+  if (name == "save_committed") {
+    command::SaveCommitted x;
+    SG_ASSIGN_OR_RETURN(x.epoch, r.u64("epoch"));
+    SG_ASSIGN_OR_RETURN(x.step, r.u64("step"));
+    SG_ASSIGN_OR_RETURN(x.manifest, r.str("manifest"));
     return Command(x);
   }
   if (name == "collect_hang_report") {

@@ -32,6 +32,7 @@ Result<json::object> encode_event(const Event& e) {
             o["all_ranks_at"] = opt(x.all_ranks_at);
           },
           [&](const event::SaveBegan& x) { o["epoch"] = x.epoch; o["rank"] = x.rank; o["step"] = x.step; },
+          [&](const event::ShardWritten& x) { o["epoch"] = x.epoch; o["rank"] = x.rank; o["step"] = x.step; },
           [&](const event::Committed& x) {
             o["epoch"] = x.epoch; o["step"] = x.step; o["manifest"] = x.manifest; o["bytes"] = x.bytes;
           },
@@ -112,13 +113,14 @@ Result<Event> decode_event(Reader& r, const std::string& name) {
     SG_ASSIGN_OR_RETURN(x.all_ranks_at, r.opt_u64("all_ranks_at"));
     return Event(x);
   }
-  if (name == "save_began" || name == "passed") {
+  if (name == "save_began" || name == "passed" || name == "shard_written") {
     uint64_t epoch = 0, step = 0;
     uint32_t rank = 0;
     SG_ASSIGN_OR_RETURN(epoch, r.u64("epoch"));
     SG_ASSIGN_OR_RETURN(rank, r.u32("rank"));
     SG_ASSIGN_OR_RETURN(step, r.u64("step"));
     if (name == "passed") return Event(event::Passed{epoch, rank, step});
+    if (name == "shard_written") return Event(event::ShardWritten{epoch, rank, step});
     return Event(event::SaveBegan{epoch, rank, step});
   }
   if (name == "committed") {

@@ -19,6 +19,7 @@
 #include "supervisor/hang_report.h"
 #include "supervisor/rank_env.h"
 #include "supervisor/rank_log_tail.h"
+#include "supervisor/transfer_progress.h"
 
 namespace shardguard::supervisor {
 namespace {
@@ -76,7 +77,15 @@ struct NodeRunner::Impl {
   std::map<std::string, SteadyTime> rank_signal_at;  // by signal name: the last notice's time
 
   Impl(const io::Deps& deps, NodeRunnerOptions o, JobLauncher& l, Report r, RecordFn rec)
-      : d(deps), opt(std::move(o)), launcher(l), report(std::move(r)), record(std::move(rec)) {}
+      : d(deps),
+        opt(std::move(o)),
+        launcher(l),
+        report(std::move(r)),
+        record(std::move(rec)),
+        store(d.checkpoints, d.fs, opt.config.checkpoint_dir) {}
+
+  storage::StoreRef store;  // where commits are read back from
+  TransferProgress progress;  // of this node's ranks' long saves and resumes
 
   bool mine(uint32_t rank) const {
     return active && rank >= slot.first_rank && rank < slot.first_rank + slot.nproc;
@@ -123,6 +132,22 @@ struct NodeRunner::Impl {
     };
     e.on_checkpoint_begin = [this](uint32_t rank, uint64_t step) {
       report(event::SaveBegan{epoch, rank, step});
+    };
+    e.on_written = [this](uint32_t rank, uint64_t step) {
+      report(event::ShardWritten{epoch, rank, step});
+    };
+    e.on_progress = [this](uint32_t rank, const hooks::Progress& p) {
+      auto s = progress.report(rank, p, d.clock.now());
+      if (!s) return;
+      spdlog::info("{}", describe(*s));
+      EventFields f{{"attempt", epoch},
+                    {"phase", std::string(hooks::transfer_phase_name(s->phase))},
+                    {"step", s->step},
+                    {"done_bytes", s->done},
+                    {"total_bytes", s->total},
+                    {"bytes_per_second", s->bytes_per_second}};
+      if (s->left) f.push_back({"seconds_left", std::chrono::duration<double>(*s->left).count()});
+      record("transfer_progress", f);
     };
     e.on_committed = [this](uint32_t rank, uint64_t step, const std::string& claimed) {
       verify_commit(rank, step, claimed);
@@ -190,14 +215,13 @@ struct NodeRunner::Impl {
       return;
     }
     const Epoch e = epoch;
-    const std::string dir = join_path(opt.config.checkpoint_dir, checkpoint::step_dir_name(step));
-    Filesystem& fs = d.fs;
+    storage::Store& s = store.get();
     const std::string job = opt.config.job_id;
     std::weak_ptr<bool> weak = alive;
     run_off_loop<Result<event::Committed>>(
         d.worker,
-        [&fs, dir, step, e, job]() -> Result<event::Committed> {
-          auto entry = checkpoint::inspect_checkpoint(fs, dir, step, checkpoint::Verify::kSize);
+        [&s, step, e, job]() -> Result<event::Committed> {
+          auto entry = checkpoint::inspect_checkpoint(s, step, checkpoint::Verify::kSize);
           if (entry.state != checkpoint::CheckpointState::kComplete || !entry.manifest)
             return Error(ErrorCode::kCorrupt, "not complete: " + entry.reason);
           const auto& m = *entry.manifest;
@@ -206,8 +230,7 @@ struct NodeRunner::Impl {
                                                  ", not " + std::to_string(e));
           if (m.job_id != job)
             return Error(ErrorCode::kCorrupt, "written by job '" + m.job_id + "'");
-          return event::Committed{e, step,
-                                  join_path(dir, std::string(checkpoint::kManifestName)),
+          return event::Committed{e, step, s.describe(checkpoint::manifest_key(step)),
                                   m.total_bytes()};
         },
         [this, weak, step, claimed](Result<event::Committed> r) {
@@ -432,6 +455,18 @@ void NodeRunner::apply(const Command& c) {
   if (auto* n = std::get_if<command::CheckpointNow>(&c)) return m.checkpoint_now(*n);
   if (auto* a = std::get_if<command::AbortSave>(&c)) {
     if (m.active && a->epoch == m.epoch) m.control->send_all(hooks::AbortSave{a->step, a->why});
+    return;
+  }
+  // The committer is global rank 0, on the node whose slot starts there.
+  if (auto* w = std::get_if<command::AllWritten>(&c)) {
+    if (m.active && w->epoch == m.epoch && m.mine(0))
+      (void)m.control->send_to(0, hooks::AllWritten{w->step});
+    return;
+  }
+  if (auto* s = std::get_if<command::SaveCommitted>(&c)) {
+    m.progress.reset();
+    if (m.active && s->epoch == m.epoch)
+      m.control->send_all(hooks::Committed{s->step, s->manifest});
     return;
   }
   if (auto* h = std::get_if<command::CollectHangReport>(&c)) return m.collect_hang_report(*h);

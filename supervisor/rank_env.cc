@@ -30,7 +30,12 @@ std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uin
   env["GROUP_RANK"] = std::to_string(in.node_rank);
   env["MASTER_ADDR"] = in.master_addr;
   env["MASTER_PORT"] = std::to_string(in.master_port);
-  env["SHARDGUARD_CHECKPOINT_DIR"] = absolute_path(c.checkpoint_dir);
+  // A bucket's URL as it is, with how to reach the bucket (never a credential: ranks find
+  // their own as every AWS tool does); a directory's path made absolute.
+  const bool bucket = storage::is_bucket_url(c.checkpoint_dir);
+  env["SHARDGUARD_CHECKPOINT_DIR"] = bucket ? c.checkpoint_dir : absolute_path(c.checkpoint_dir);
+  if (bucket)
+    for (auto& [k, v] : storage::s3::s3_options_env(c.storage)) env[k] = v;
   env["SHARDGUARD_CONTROL_SOCKET"] = in.control_socket;
   env["SHARDGUARD_CHECKPOINT_SIGNAL"] = std::to_string(c.checkpoint_signal);
   env["SHARDGUARD_COMMIT_TIMEOUT_MS"] = std::to_string(
@@ -40,7 +45,8 @@ std::map<std::string, std::string> rank_environment(const RankEnvInputs& in, uin
   else
     env["SHARDGUARD_CHECKPOINT_EVERY_STEPS"] = "0";
   if (!in.resume_manifest.empty())
-    env["SHARDGUARD_RESUME_MANIFEST"] = absolute_path(in.resume_manifest);
+    env["SHARDGUARD_RESUME_MANIFEST"] =
+        bucket ? in.resume_manifest : absolute_path(in.resume_manifest);
   if (in.skip_batches > 0) env["SHARDGUARD_SKIP_BATCHES"] = std::to_string(in.skip_batches);
   return env;
 }

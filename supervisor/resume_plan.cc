@@ -9,6 +9,7 @@
 
 #include "checkpoint/paths.h"
 #include "checkpoint/quarantine.h"
+#include "storage/dir_store.h"
 #include "supervisor/event_log.h"
 
 namespace shardguard::supervisor {
@@ -26,8 +27,14 @@ std::optional<uint64_t> parse_u64(const std::string& s) {
 
 ResumeChoice choose_resume(Filesystem& fs, const std::string& dir, checkpoint::Verify verify,
                            const std::vector<uint64_t>& skip, std::optional<uint64_t> skip_from) {
+  storage::DirectoryStore store(fs, dir);
+  return choose_resume(store, verify, skip, skip_from);
+}
+
+ResumeChoice choose_resume(storage::Store& store, checkpoint::Verify verify,
+                           const std::vector<uint64_t>& skip, std::optional<uint64_t> skip_from) {
   ResumeChoice out;
-  auto entries = checkpoint::list_checkpoints(fs, dir, verify);
+  auto entries = checkpoint::list_checkpoints(store, verify);
   if (!entries.ok()) {
     out.error = entries.error().message();
     return out;
@@ -60,7 +67,14 @@ event::ResumeFound resume_found(Epoch epoch, const ResumeChoice& choice) {
 
 Result<std::vector<uint64_t>> roll_back(Filesystem& fs, const std::string& dir,
                                         std::optional<uint64_t> step, bool fresh, WallTime now) {
-  SG_ASSIGN_OR_RETURN(auto steps, checkpoint::list_checkpoints(fs, dir, checkpoint::Verify::kSize));
+  storage::DirectoryStore store(fs, dir);
+  return roll_back(store, step, fresh, now);
+}
+
+Result<std::vector<uint64_t>> roll_back(storage::Store& store, std::optional<uint64_t> step,
+                                        bool fresh, WallTime now) {
+  const std::string dir = store.location().str();
+  SG_ASSIGN_OR_RETURN(auto steps, checkpoint::list_checkpoints(store, checkpoint::Verify::kSize));
   std::vector<uint64_t> aside;
   std::string reason;
   if (step) {
@@ -88,22 +102,39 @@ Result<std::vector<uint64_t>> roll_back(Filesystem& fs, const std::string& dir,
     reason = "set aside by shardguard run --resume-from none --fresh";
   }
   for (uint64_t s : aside) {
-    SG_ASSIGN_OR_RETURN(auto q, checkpoint::quarantine_step(fs, dir, s, reason, now, "shardguard run"));
+    SG_ASSIGN_OR_RETURN(auto q,
+                        checkpoint::quarantine_step(store, s, reason, now, "shardguard run"));
     spdlog::warn("quarantined step {} ({}): now in {}", s, reason, q.dir);
   }
   return aside;
 }
 
 Epoch first_epoch(Filesystem& fs, std::span<const EventRecord> past, const std::string& dir) {
+  storage::DirectoryStore store(fs, dir);
+  return first_epoch(store, past);
+}
+
+Epoch first_epoch(storage::Store& store, std::span<const EventRecord> past) {
   Epoch next = 0;
   for (const auto& e : past)
     if (e.type == "launch")
       for (const auto& [k, v] : e.fields)
         if (k == "attempt")
           if (auto n = parse_u64(v); n && *n < UINT64_MAX) next = std::max(next, *n + 1);
-  if (auto entries = checkpoint::list_checkpoints(fs, dir, checkpoint::Verify::kSize); entries.ok())
-    for (const auto& e : *entries)
+  if (auto entries = checkpoint::list_checkpoints(store, checkpoint::Verify::kSize);
+      entries.ok())
+    for (const auto& e : *entries) {
       if (e.manifest) next = std::max(next, e.manifest->attempt + 1);
+      // A bucket's attempts write under keys of their own: one that wrote and never
+      // committed (a crash, another VM) still owns its number.
+      if (!store.location().is_bucket()) continue;
+      auto listing = store.list(checkpoint::step_key(e.step));
+      if (!listing.ok()) continue;
+      for (const auto& p : listing->prefixes)
+        if (auto a = checkpoint::parse_attempt_dir_name(p.substr(p.rfind('/') + 1));
+            a && *a < UINT64_MAX)
+          next = std::max(next, *a + 1);
+    }
   return next;
 }
 

@@ -14,6 +14,7 @@
 #include "core/clock.h"
 #include "core/filesystem.h"
 #include "core/result.h"
+#include "storage/store.h"
 #include "supervisor/event_log.h"
 #include "supervisor/machine_events.h"
 
@@ -30,6 +31,8 @@ struct ResumeChoice {
 // chosen nor reported.
 ResumeChoice choose_resume(Filesystem& fs, const std::string& dir, checkpoint::Verify verify,
                            const std::vector<uint64_t>& skip, std::optional<uint64_t> skip_from);
+ResumeChoice choose_resume(storage::Store& store, checkpoint::Verify verify,
+                           const std::vector<uint64_t>& skip, std::optional<uint64_t> skip_from);
 
 // What the decision core is told of a choice: the chosen step and its manifest (none: a
 // fresh start), and whether a complete checkpoint was among those skipped.
@@ -41,12 +44,16 @@ event::ResumeFound resume_found(Epoch epoch, const ResumeChoice& choice);
 // refused. Returns the steps set aside, newest first; each is logged.
 Result<std::vector<uint64_t>> roll_back(Filesystem& fs, const std::string& dir,
                                         std::optional<uint64_t> step, bool fresh, WallTime now);
+Result<std::vector<uint64_t>> roll_back(storage::Store& store, std::optional<uint64_t> step,
+                                        bool fresh, WallTime now);
 
 // Attempt numbers keep growing across `shardguard run` invocations on the same run directory
 // and checkpoints, so that fencing can tell a zombie of an earlier run from the current one:
 // one more than any in the run directory's events (`past`) or in a manifest of `dir`. A line
 // that is not ours (a hand-edited file) is passed over.
 Epoch first_epoch(Filesystem& fs, std::span<const EventRecord> past, const std::string& dir);
+// The same over a Store; in a bucket an attempt's keys that never committed count too.
+Epoch first_epoch(storage::Store& store, std::span<const EventRecord> past);
 
 // How long the last save committed in `past` took (its "checkpoint_committed" seconds), for
 // the save-window check at start; nullopt when none is recorded.

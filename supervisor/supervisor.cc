@@ -28,6 +28,7 @@ struct Supervisor::Impl {
   io::Deps d;
   JobConfig cfg;
   SupervisorOptions opt;
+  storage::StoreRef store;  // where the job's checkpoints live
   AttemptMachine machine;
   EventLog events;
   // The same records, understood: goodput for the metrics, as `status` computes it.
@@ -57,7 +58,11 @@ struct Supervisor::Impl {
   bool feeding = false;
 
   Impl(const io::Deps& deps, JobConfig c, SupervisorOptions o)
-      : d(deps), cfg(std::move(c)), opt(std::move(o)), machine(config_of(cfg, opt), d.random.as_function()) {}
+      : d(deps),
+        cfg(std::move(c)),
+        opt(std::move(o)),
+        store(d.checkpoints, d.fs, cfg.checkpoint_dir),
+        machine(config_of(cfg, opt), d.random.as_function()) {}
 
   static MachineConfig config_of(const JobConfig& cfg, const SupervisorOptions& o) {
     MachineConfig m = machine_config(cfg);
@@ -92,12 +97,10 @@ struct Supervisor::Impl {
     log_pending = true;
     held.push_back(l);  // held until the record is written
     std::weak_ptr<bool> weak = alive;
-    Filesystem& fs = d.fs;
+    storage::Store& s = store.get();
     run_off_loop<Status>(
         d.worker,
-        [&fs, dir = cfg.checkpoint_dir, state, at = d.clock.wall_now()] {
-          return store_coordinator_state(fs, dir, state, at);
-        },
+        [&s, state, at = d.clock.wall_now()] { return store_coordinator_state(s, state, at); },
         [this, weak](Status st) {
           if (weak.expired()) return;
           if (!st.ok()) spdlog::error("coordinator record: {}; launching anyway", st.error().message());
@@ -138,10 +141,10 @@ struct Supervisor::Impl {
   void log_state() {
     if (!opt.write_coordinator_log || finished_logged) return;
     CoordinatorState state = coordinator_state();
-    Filesystem& fs = d.fs;
+    storage::Store& s = store.get();
     d.worker.submit(
-        [&fs, dir = cfg.checkpoint_dir, state, at = d.clock.wall_now()] {
-          if (auto st = store_coordinator_state(fs, dir, state, at); !st.ok())
+        [&s, state, at = d.clock.wall_now()] {
+          if (auto st = store_coordinator_state(s, state, at); !st.ok())
             spdlog::warn("coordinator record: {}", st.error().message());
         },
         [] {});
@@ -211,6 +214,8 @@ struct Supervisor::Impl {
                 to_nodes(n);
               },
               [&](const command::AbortSave& a) { to_nodes(a); },
+              [&](const command::AllWritten& a) { to_nodes(a); },
+              [&](const command::SaveCommitted& a) { to_nodes(a); },
               [&](const command::CollectHangReport& h) { to_nodes(h); },
               [&](const command::ArmTimer& a) { arm(a); },
               [&](const command::CancelTimer& x) { timers[static_cast<size_t>(x.id)]->cancel(); },
@@ -263,15 +268,14 @@ struct Supervisor::Impl {
   void find_resume(const command::FindResume& f) {
     const auto verify = cfg.resume_verify == VerifyMode::kChecksum ? checkpoint::Verify::kChecksum
                                                                    : checkpoint::Verify::kSize;
-    Filesystem& fs = d.fs;
-    const std::string dir = cfg.checkpoint_dir;
+    storage::Store& s = store.get();
     const std::vector<uint64_t> skip = f.skip_steps;
     const std::optional<uint64_t> skip_from = f.skip_from;
     const Epoch epoch = f.epoch;
     std::weak_ptr<bool> weak = alive;
     run_off_loop<ResumeChoice>(
         d.worker,
-        [&fs, dir, verify, skip, skip_from] { return choose_resume(fs, dir, verify, skip, skip_from); },
+        [&s, verify, skip, skip_from] { return choose_resume(s, verify, skip, skip_from); },
         [this, weak, epoch](ResumeChoice r) {
           if (weak.expired()) return;
           if (!r.error.empty()) spdlog::warn("resume: {}", r.error);
@@ -327,7 +331,7 @@ struct Supervisor::Impl {
       // The job is over: nothing runs for a successor to adopt.
       CoordinatorState state = coordinator_state();
       state.running = false;
-      (void)store_coordinator_state(d.fs, cfg.checkpoint_dir, state, d.clock.wall_now());
+      (void)store_coordinator_state(store.get(), state, d.clock.wall_now());
       finished_logged = true;
     }
     keeper->close(f.exit_code == kExitPreempted, committed_this_run);
@@ -349,7 +353,8 @@ Status Supervisor::start() {
     return Error(ErrorCode::kInvalid, "no command to run");
   if (m.cfg.nproc == 0) return Error(ErrorCode::kInvalid, "nproc must be at least 1");
   SG_RETURN_IF_ERROR(m.d.fs.create_dirs(m.cfg.run_dir));
-  SG_RETURN_IF_ERROR(m.d.fs.create_dirs(m.cfg.checkpoint_dir));
+  if (m.store->as_directory() != nullptr)
+    SG_RETURN_IF_ERROR(m.d.fs.create_dirs(m.cfg.checkpoint_dir));
   SG_ASSIGN_OR_RETURN(m.events, EventLog::open(join_path(m.cfg.run_dir, "events.jsonl"), m.d.clock));
   for (auto& t : m.timers) t = m.d.timers.make_timer();
   m.room_timer = m.d.timers.make_timer();
@@ -357,9 +362,9 @@ Status Supervisor::start() {
   const std::string past = m.d.fs.read_file(m.events.path()).value_or("");
   const auto past_records = parse_events(past);
   m.timeline.add_lines(past);  // they count towards the goodput, as `status` counts them
-  const Epoch first = first_epoch(m.d.fs, past_records, m.cfg.checkpoint_dir);
-  // One job per checkpoint directory: its lease, its job id, its history.
-  m.keeper = std::make_unique<DirectoryKeeper>(m.d, m.cfg);
+  const Epoch first = first_epoch(m.store.get(), past_records);
+  // One job per checkpoint location: its lease, its job id, its history.
+  m.keeper = std::make_unique<DirectoryKeeper>(m.d, m.cfg, m.store.get());
   SG_ASSIGN_OR_RETURN(
       m.cfg.job_id,
       m.keeper->open(m.cfg.job_id.empty() ? std::nullopt : std::optional(m.cfg.job_id),

@@ -287,6 +287,24 @@ void Timeline::State::feed(const TimelineRecord& r) {
   if (t == "start") return on_start(r);
   if (t == "launch") return on_launch(r);
   if (t == "ranks_ready") return on_ranks_ready(r);
+  if (t == "transfer_progress") {
+    TransferView x;
+    x.phase = r.text("phase");
+    x.step = r.count("step").value_or(0);
+    x.done_bytes = r.count("done_bytes").value_or(0);
+    x.total_bytes = r.count("total_bytes").value_or(0);
+    x.bytes_per_second = r.number("bytes_per_second").value_or(0);
+    x.seconds_left = r.number("seconds_left");
+    x.time_unix_ms = r.time_unix_ms;
+    transfer = std::move(x);
+    return;
+  }
+  if (transfer && (t == "checkpoint_committed" || t == "checkpoint_failed") &&
+      r.count("step") == transfer->step)
+    transfer.reset();
+  if (transfer && (t == "attempt_end" || t == "finish" || t == "ranks_ready") &&
+      (t != "ranks_ready" || transfer->phase == "resume"))
+    transfer.reset();
   if (t == "checkpoint_committed") return on_committed(r);
   if (t == "hang") return on_hang(r);
   if (t == "teardown") return on_teardown(r);

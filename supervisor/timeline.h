@@ -116,6 +116,18 @@ struct CheckpointView {
   std::optional<uint64_t> bytes;  // when the record says
 };
 
+// A long save or resume in progress, from its latest `transfer_progress` record (gone once
+// that step commits or fails, or its attempt ends).
+struct TransferView {
+  std::string phase;  // "save" or "resume"
+  uint64_t step = 0;
+  uint64_t done_bytes = 0;
+  uint64_t total_bytes = 0;
+  double bytes_per_second = 0;
+  std::optional<double> seconds_left;
+  int64_t time_unix_ms = 0;
+};
+
 // One node of a multi-node job, as the coordinator's records tell it.
 struct NodeView {
   uint64_t node = 0;
@@ -150,6 +162,7 @@ struct TimelineView {
   std::string step_source;          // "checkpoint", "attempt end", "hang", "resume"
   std::optional<double> steps_per_second;
   std::optional<CheckpointView> last_checkpoint;
+  std::optional<TransferView> transfer;  // a save or resume in progress
   uint64_t checkpoints = 0;
   uint64_t lost_steps = 0;
   std::vector<RestartCount> restarts;

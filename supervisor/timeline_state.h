@@ -74,6 +74,7 @@ struct Timeline::State {
   std::map<uint64_t, NodeView> nodes;
   std::vector<TimelineRecord> evidence;
   std::optional<CheckpointView> last_checkpoint;
+  std::optional<TransferView> transfer;
   uint64_t checkpoints = 0, lost_steps = 0;
   std::vector<timeline_detail::RestartEvent> restarts;
   bool shrink_pending = false;

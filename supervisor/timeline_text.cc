@@ -114,6 +114,18 @@ std::string describe_raw(const TimelineRecord& r) {
   if (t == "checkpoint_failed")
     return "rank " + count_field(r, "rank") + " could not save step " + count_field(r, "step") +
            ": " + r.text("error");
+  if (t == "transfer_progress") {
+    std::string s = r.text("phase") + " of step " + count_field(r, "step") + ": " +
+                    format_size(r.count("done_bytes").value_or(0));
+    if (auto total = r.count("total_bytes"); total && *total > 0)
+      s += " of " + format_size(*total) + " (" +
+           std::to_string(std::min<uint64_t>(100, r.count("done_bytes").value_or(0) * 100 / *total)) +
+           "%)";
+    if (auto rate = r.number("bytes_per_second"); rate && *rate > 0)
+      s += " at " + format_size(static_cast<uint64_t>(*rate)) + "/s";
+    if (auto left = r.number("seconds_left")) s += ", about " + human_seconds(*left) + " left";
+    return s;
+  }
   if (t == "stale_commit")
     return "commit of step " + count_field(r, "step") + " by an older " + attempt + " ignored";
   if (t == "notice") return notice_raw(notice_of(r));

@@ -120,6 +120,7 @@ TimelineView Timeline::view(int64_t now) const {
   v.step = s.step;
   v.step_source = s.step_source;
   v.last_checkpoint = s.last_checkpoint;
+  v.transfer = s.transfer;
   v.checkpoints = s.checkpoints;
   v.lost_steps = s.lost_steps;
   v.restarts = s.restart_counts(now);

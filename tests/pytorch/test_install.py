@@ -183,6 +183,33 @@ class InstallTest(sgrun.TempDirCase):
             agent.kill()  # SIGTERM would be a notice, with its grace
             agent.communicate(timeout=30)
 
+    def test_job_unit_verifies(self):
+        if not shutil.which("systemd-analyze"):
+            self.skipTest("no systemd-analyze (Debian package systemd)")
+        prefix = self.install()
+        template = os.path.join(prefix, "lib", "systemd", "system", "shardguard-job@.service")
+        with open(template) as f:
+            text = f.read()
+        self.assertIn("ExecStart=%s/bin/shardguard run --config /etc/shardguard/jobs/%%i.toml"
+                      % prefix, text)
+        # SIGTERM to `shardguard run` alone (a notice), never to the ranks.
+        self.assertIn("KillMode=mixed", text)
+        self.assertIn("RestartPreventExitStatus=78", text)
+        # systemd checks an instance of a template, not the template itself.
+        instance = self.path("shardguard-job@demo.service")
+        shutil.copy(template, instance)
+        r = run(["systemd-analyze", "verify", instance])
+        self.assertEqual((r.returncode, r.stdout + r.stderr), (0, ""))
+        # The example job config is one `shardguard run` reads (up to reaching the bucket).
+        example = os.path.join(prefix, "share", "shardguard", "examples", "job.toml")
+        r = run([os.path.join(prefix, "bin", "shardguard"), "run", "--config", example,
+                 "--check-config"], env=dict(os.environ, AWS_EC2_METADATA_DISABLED="true",
+                                             AWS_ACCESS_KEY_ID="", AWS_SECRET_ACCESS_KEY="",
+                                             AWS_SHARED_CREDENTIALS_FILE="/nonexistent",
+                                             AWS_CONFIG_FILE="/nonexistent"))
+        self.assertIn("s3://my-training-bucket/runs/llama-7b", r.stderr)
+        self.assertNotIn("unknown key", r.stderr)
+
     def test_debian_package(self):
         if not shutil.which("cpack") or not shutil.which("dpkg-deb"):
             self.skipTest("no cpack or dpkg-deb")
@@ -201,6 +228,7 @@ class InstallTest(sgrun.TempDirCase):
                      "./usr/include/shardguard.h", "./usr/lib/pkgconfig/shardguard.pc",
                      "./usr/lib/python3/dist-packages/shardguard/checkpointer.py",
                      "./usr/lib/systemd/system/shardguard-agent.service",
+                     "./usr/lib/systemd/system/shardguard-job@.service",
                      "./usr/share/shardguard/python/pyproject.toml"):
             self.assertIn(path, files)
         root = self.path("root")
