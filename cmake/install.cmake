@@ -1,8 +1,8 @@
 # `cmake --install BUILD [--prefix DIR]` (and CPack, which installs the same way): the
 # `shardguard` binary, libshardguard.so (the C ABI) and its header, a pkg-config file, the
 # Python package (ready to import with the system python, and as a pip-installable source
-# tree for virtual environments), the systemd unit of `shardguard agent` with an example
-# config, and the Python examples.
+# tree for virtual environments), the systemd units of `shardguard agent` and of a job
+# (`shardguard-job@NAME`) with example configs, and the Python examples.
 #
 # Files that must name the install prefix (the .pc file, the library path the Python package
 # loads, the unit's ExecStart) are written at install time by install_generated.cmake, so
@@ -27,7 +27,8 @@ foreach(dest ${SG_PYTHON_SITE} ${SG_PYTHON_SOURCE})
 endforeach()
 install(FILES ${CMAKE_SOURCE_DIR}/hooks/python/pyproject.toml DESTINATION ${SG_PYTHON_SOURCE})
 
-install(FILES ${CMAKE_SOURCE_DIR}/packaging/agent.toml DESTINATION ${SG_EXAMPLES_DIR})
+install(FILES ${CMAKE_SOURCE_DIR}/packaging/agent.toml ${CMAKE_SOURCE_DIR}/packaging/job.toml
+        DESTINATION ${SG_EXAMPLES_DIR})
 install(FILES ${CMAKE_SOURCE_DIR}/examples/python/ddp_trainer.py
               ${CMAKE_SOURCE_DIR}/examples/python/torch_trainer.py
               ${CMAKE_SOURCE_DIR}/examples/python/numpy_trainer.py
