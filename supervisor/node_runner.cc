@@ -9,6 +9,8 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/paths.h"
@@ -86,6 +88,17 @@ struct NodeRunner::Impl {
 
   storage::StoreRef store;  // where commits are read back from
   TransferProgress progress;  // of this node's ranks' long saves and resumes
+  // Commits being read back, and the rank exits that wait for them: a rank that commits its
+  // last step and exits at once must not end the attempt before its commit is known (in a
+  // bucket the read-back takes a few requests; retention would remove the step as abandoned).
+  int verifying = 0;
+  std::vector<event::RankExited> held_exits;
+
+  void release_exits() {
+    if (verifying > 0) return;
+    auto held = std::exchange(held_exits, {});
+    for (auto& x : held) report(std::move(x));
+  }
 
   bool mine(uint32_t rank) const {
     return active && rank >= slot.first_rank && rank < slot.first_rank + slot.nproc;
@@ -218,6 +231,7 @@ struct NodeRunner::Impl {
     storage::Store& s = store.get();
     const std::string job = opt.config.job_id;
     std::weak_ptr<bool> weak = alive;
+    ++verifying;
     run_off_loop<Result<event::Committed>>(
         d.worker,
         [&s, step, e, job]() -> Result<event::Committed> {
@@ -235,13 +249,15 @@ struct NodeRunner::Impl {
         },
         [this, weak, step, claimed](Result<event::Committed> r) {
           if (weak.expired()) return;
+          --verifying;
           if (!r.ok()) {
             spdlog::error("rank 0 claimed the commit of step {}, but {}", step, r.error().message());
             record("commit_claim_rejected",
                    {{"step", step}, {"manifest", claimed}, {"why", r.error().message()}});
-            return;
+          } else {
+            report(*r);
           }
-          report(*r);
+          release_exits();
         });
   }
 
@@ -331,7 +347,11 @@ struct NodeRunner::Impl {
     running.erase(rank);
     const bool failed = s.signaled || s.code != 0;
     if (failed && !tearing_down && !beating.contains(rank)) show_early_failure(rank, s);
-    report(event::RankExited{e, rank, s.signaled, s.code, s.signal, tearing_down, s.describe()});
+    event::RankExited x{e, rank, s.signaled, s.code, s.signal, tearing_down, s.describe()};
+    if (verifying > 0)
+      held_exits.push_back(std::move(x));
+    else
+      report(std::move(x));
     if (tearing_down && running.empty()) kill_now();
   }
 

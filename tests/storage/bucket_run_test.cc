@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "tests/agent/metadata_emulator.h"
 #include "tests/run/run_fixture.h"
 #include "tests/storage/s3_rig.h"
+#include "tests/support/fault_proxy.h"
 
 using namespace shardguard;
 using namespace shardguard::testing;
@@ -229,4 +231,116 @@ TEST_CASE("--check-config reaches and probes the bucket, and names what is wrong
     CHECK(bad.exit_code == 2);
     CHECK_THAT(bad.err, Catch::Contains("plain http"));
   }
+}
+
+TEST_CASE("every shardguard ckpt subcommand works on s3://", "[integration]") {
+  SG_REQUIRE_RGW();
+  S3Rig& rig = *S3Rig::shared();
+  export_rig_env(rig);
+  const std::string bucket = rig.new_bucket("cli");
+  BucketRun r{{}, "s3://" + bucket + "/c"};
+  r.write_config("keep_last = 0\n", 100);
+  const std::vector<std::string> train = {"--steps", "300", "--rows", "64", "--in-dim", "32",
+                                          "--log-every", "0"};
+  auto run = run_command(join_argv(run_argv(r.dirs, 2, train)));
+  INFO(run.out << run.err);
+  REQUIRE(run.exit_code == 0);
+  auto sgc = [&](const std::string& args) {
+    auto res = run_command(sg() + " ckpt " + args);
+    UNSCOPED_INFO("ckpt " << args << " -> " << res.exit_code << "\n" << res.out << res.err);
+    return res;
+  };
+  auto ls = sgc("ls --json " + r.url);
+  REQUIRE(ls.exit_code == 0);
+  CHECK_THAT(ls.out, Catch::Contains("\"step\":300"));
+  CHECK_THAT(ls.out, Catch::Contains("\"step\":100"));
+  CHECK(sgc("verify --full " + r.url).exit_code == 0);
+  CHECK(sgc("verify --full --step 200 " + r.url).exit_code == 0);
+  const auto hash = sgc("inspect --hash " + r.url);
+  CHECK(hash.exit_code == 0);
+  CHECK(hash.out == final_hash(r.url));
+  CHECK_THAT(sgc("inspect --json --step 100 " + r.url).out, Catch::Contains("\"step\":100"));
+
+  auto q = sgc("quarantine " + r.url + " --step 300 --reason 'a test'");
+  REQUIRE(q.exit_code == 0);
+  CHECK_THAT(q.out, Catch::Contains("marked in s3://" + bucket + "/c/quarantine/step-000000300-"));
+  auto after = sgc("ls " + r.url);
+  CHECK_THAT(after.out, Catch::Contains("QUARANTINED"));
+  CHECK_THAT(after.out, Catch::Contains("a test"));
+  // The newest complete one is 200 now.
+  CHECK_THAT(sgc("verify " + r.url).out, Catch::Contains("step 200: complete"));
+  CHECK(sgc("unquarantine " + r.url + " --step 300").exit_code == 0);
+  CHECK_THAT(sgc("verify " + r.url).out, Catch::Contains("step 300: complete"));
+
+  const std::string out = r.dirs.tmp / "hf";
+  auto exported = sgc("export " + r.url + " --out " + out);
+  REQUIRE(exported.exit_code == 0);
+  CHECK(std::filesystem::exists(out + "/model.safetensors"));
+  auto read = run_command(std::string("/usr/bin/python3 ") + SG_ST_READ_PY + " " + out +
+                          "/model.safetensors");
+  CHECK(read.exit_code == 0);
+
+  auto dry = sgc("gc " + r.url + " --keep-last 1 --dry-run");
+  CHECK(dry.exit_code == 0);
+  CHECK_THAT(dry.out, Catch::Contains("remove"));
+  auto gc = sgc("gc " + r.url + " --keep-last 1");
+  REQUIRE(gc.exit_code == 0);
+  CHECK_THAT(gc.out, Catch::Contains("removed 2 checkpoint(s)"));
+  CHECK_THAT(gc.out, Catch::Contains("unfinished upload(s)"));
+  auto left = sgc("ls --json " + r.url);
+  CHECK(left.out.find("\"step\":100") == std::string::npos);
+  CHECK_THAT(left.out, Catch::Contains("\"step\":300"));
+}
+
+TEST_CASE("a stalled upload on one rank fails that save on every rank; the job goes on",
+          "[integration]") {
+  SG_REQUIRE_RGW();
+  S3Rig& rig = *S3Rig::shared();
+  export_rig_env(rig);
+  const std::string bucket = rig.new_bucket("stall");
+  auto proxy = FaultProxy::start("127.0.0.1", rig.cluster().port());
+  REQUIRE(proxy.ok());
+  // Rank 1's first part of its first save, and its one retry, stall.
+  FaultRule stall;
+  stall.kind = FaultRule::Kind::kStallRequest;
+  stall.method = "PUT";
+  stall.path_contains = "shard-00001-of-00002";
+  stall.query_contains = "partNumber=1&";
+  stall.after_bytes = 64 << 10;
+  stall.count = 2;
+  const int id = (*proxy)->add(stall);
+  BucketRun r{{}, "s3://" + bucket + "/j"};
+  std::ofstream(r.dirs.config())
+      << "[job]\ncheckpoint_dir = \"" << r.url << "\"\nrun_dir = \"" << r.dirs.run() << "\"\n"
+      << "[storage]\nendpoint = \"" << (*proxy)->endpoint() << "\"\npart_size = \"5MiB\"\n"
+      << "max_inflight = \"10MiB\"\nstall_timeout = \"2s\"\n"
+      << "[restart]\nbackoff_initial = \"10ms\"\n[stop]\nterm_grace = \"2s\"\n"
+      << "[checkpoint]\nevery_steps = 100\n";
+  // 1024 x 1024 F32 weights and two Adam moments: 6 MiB a rank, two parts each.
+  const std::vector<std::string> train = {"--steps", "260", "--rows", "1024", "--in-dim", "1024",
+                                          "--log-every", "0", "--sleep-ms", "20"};
+  Background run(run_argv(r.dirs, 2, train), r.dirs.log());
+  const auto code = run.wait(240s);
+  INFO(slurp(r.dirs.log()));
+  REQUIRE(code == 0);
+  CHECK((*proxy)->applied(id) == 2);
+  auto failed = events_named(r.dirs, "checkpoint_failed");
+  REQUIRE_FALSE(failed.empty());
+  CHECK(field(failed.front(), "step") == "100");
+  CHECK(field(failed.front(), "rank") == "1");
+  CHECK_THAT(field(failed.front(), "error"), Catch::Contains("stalled"));
+  // Within seconds of the save's start (step 100 at ~2 s of training), not after a timeout:
+  // two tries of a 2 s stall, each noticed within curl's window.
+  const auto launch = events_named(r.dirs, "launch");
+  REQUIRE_FALSE(launch.empty());
+  CHECK(failed.front().time_unix_ms - launch.front().time_unix_ms < 25'000);
+  auto committed = events_named(r.dirs, "checkpoint_committed");
+  std::vector<std::string> steps;
+  for (const auto& e : committed) steps.push_back(field(e, "step"));
+  CHECK(std::find(steps.begin(), steps.end(), "100") == steps.end());
+  CHECK(std::find(steps.begin(), steps.end(), "200") != steps.end());
+  // One launch: the job trained on through the failed save.
+  CHECK(events_named(r.dirs, "launch").size() == 1);
+  auto verify = run_command(sg() + " ckpt verify --full " + r.url);
+  CHECK(verify.exit_code == 0);
 }
