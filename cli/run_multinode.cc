@@ -195,7 +195,8 @@ class FollowerNode {
   bool finished() const { return sup_ ? sup_->finished() : client_->finished(); }
   int exit_code() const { return sup_ ? sup_->exit_code() : client_->exit_code(); }
 
-  // The coordinator has been away for a while: follow its successor, or become it.
+  // The coordinator has been away for a while: follow the one that took over since (the
+  // record names it), else walk the successors in node order, or become the next one.
   void coordinator_away() {
     storage::StoreRef store(deps_.checkpoints, deps_.fs, cfg_.checkpoint_dir);
     auto record = supervisor::load_coordinator_state(store.get());
@@ -205,6 +206,17 @@ class FollowerNode {
       return;
     }
     const supervisor::CoordinatorState& state = **record;
+    // Two successors can race for the location's lease; the loser must find the winner, whose
+    // record names it (its own members may not include this node yet).
+    const std::optional<std::string> named = named_coordinator(state);
+    const bool new_coordinator = named && *named != last_named_ && *named != following_;
+    last_named_ = named.value_or("");
+    if (new_coordinator) {
+      spdlog::warn("node: the record names node {} at {} as the coordinator now; following it",
+                   state.coordinator_node ? std::to_string(*state.coordinator_node) : "-", *named);
+      successor_index_ = 0;
+      return follow(*named);
+    }
     std::vector<supervisor::CoordinatorState::Member> candidates;
     for (const auto& m : state.members)
       if (!state.coordinator_node || m.node != *state.coordinator_node) candidates.push_back(m);
@@ -213,11 +225,30 @@ class FollowerNode {
     if (candidates.size() <= successor_index_) {
       spdlog::warn("node: no successor left to try; waiting for the coordinator");
       successor_index_ = 0;
-      return client_->retarget(args_.placement.rdzv.host, args_.placement.rdzv.port);
+      return follow(args_.placement.rdzv.host);
     }
     const auto& next = candidates[successor_index_++];
     if (next.node == runner_->node()) return take_over(state);
-    client_->retarget(next.address, args_.placement.rdzv.port);
+    follow(next.address);
+  }
+
+  // The host of the coordinator the record names (an embedded one by its node's address), or
+  // nullopt when that is this node or no reachable address is known.
+  std::optional<std::string> named_coordinator(const supervisor::CoordinatorState& state) const {
+    if (state.coordinator_node) {
+      if (*state.coordinator_node == runner_->node()) return std::nullopt;
+      for (const auto& m : state.members)
+        if (m.node == *state.coordinator_node && !m.address.empty()) return m.address;
+    }
+    auto at = agent::parse_endpoint(state.coordinator_address, "the coordinator record's address");
+    if (!at.ok() || at->host.empty() || at->host == "0.0.0.0" || at->host == "::")
+      return std::nullopt;
+    return at->host;
+  }
+
+  void follow(const std::string& host) {
+    following_ = host;
+    client_->retarget(host, args_.placement.rdzv.port);
   }
 
   void take_over(const supervisor::CoordinatorState& state) {
@@ -259,7 +290,7 @@ class FollowerNode {
       spdlog::warn("node: cannot take over: {}; following the coordinator again", started.error().message());
       runner_->set_report([this](supervisor::Event e) { client_->report(std::move(e)); });
       successor_index_ = 0;
-      return client_->retarget(args_.placement.rdzv.host, args_.placement.rdzv.port);
+      return follow(args_.placement.rdzv.host);
     }
     sup->set_on_acknowledge([this](const agent::Notice& n) { node_->acknowledge(n); });
     sup->set_on_finish([this](int code, const std::string& summary) { server_->finish(code, summary); });
@@ -291,6 +322,8 @@ class FollowerNode {
   std::unique_ptr<supervisor::ClusterServer> server_;
   std::unique_ptr<JobServices> job_;
   size_t successor_index_ = 0;
+  std::string following_ = args_.placement.rdzv.host;  // the host the client connects to
+  std::string last_named_;  // the coordinator the record named when last read
 };
 
 }  // namespace

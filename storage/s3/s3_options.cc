@@ -133,8 +133,9 @@ Result<S3Options> resolve_s3_options(
     return Error(ErrorCode::kInvalid,
                  endpoint_from + ": '" + o.endpoint +
                      "' is plain http to a host that is not loopback: credentials and weights "
-                     "would cross the network unencrypted. Use https, or set allow_http = true "
-                     "in [storage] if the network is yours");
+                     "would cross the network unencrypted. Use https, or where the network is "
+                     "yours set allow_http = true in [storage] (SHARDGUARD_S3_ALLOW_HTTP=1 for "
+                     "`shardguard ckpt` and the job-side clients)");
   if (o.part_size < kMinPartSize || o.part_size > kMaxPartSize)
     return invalid(where, "part_size",
                    format_size(o.part_size) + " is outside S3's 5 MiB to 5 GiB for a part");

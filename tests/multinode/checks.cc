@@ -9,12 +9,14 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <thread>
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/reader.h"
 #include "core/filesystem.h"
+#include "storage/dir_store.h"
 #include "tests/multinode/cluster.h"
 #include "tests/support/command.h"
 #include "tests/support/temp_dir.h"
@@ -161,8 +163,12 @@ std::string allreduce_reference(const std::vector<std::string>& trainer_args, ui
 }
 
 std::vector<CommittedCheckpoint> checkpoints(const std::string& ckpt) {
-  auto entries =
-      checkpoint::list_checkpoints(PosixFilesystem::instance(), ckpt, checkpoint::Verify::kSize);
+  storage::DirectoryStore store(PosixFilesystem::instance(), ckpt);
+  return checkpoints(store);
+}
+
+std::vector<CommittedCheckpoint> checkpoints(storage::Store& store) {
+  auto entries = checkpoint::list_checkpoints(store, checkpoint::Verify::kSize);
   REQUIRE(entries.ok());
   std::vector<CommittedCheckpoint> out;
   for (const auto& e : *entries) {
@@ -176,6 +182,11 @@ std::vector<CommittedCheckpoint> checkpoints(const std::string& ckpt) {
 }
 
 void check_history(const std::vector<EventRecord>& events, const std::string& ckpt) {
+  storage::DirectoryStore store(PosixFilesystem::instance(), ckpt);
+  check_history(events, store);
+}
+
+void check_history(const std::vector<EventRecord>& events, storage::Store& store) {
   // The timeline: each step committed once, steps only forward.
   uint64_t last = 0;
   bool any = false;
@@ -195,7 +206,7 @@ void check_history(const std::vector<EventRecord>& events, const std::string& ck
     if (e.type == "launch") lifetime[a] = {e.time_unix_ms, INT64_MAX};
     if (e.type == "attempt_end" && lifetime.count(a)) lifetime[a].second = e.time_unix_ms;
   }
-  const auto all = checkpoints(ckpt);
+  const auto all = checkpoints(store);
   REQUIRE(!all.empty());
   uint64_t prev_attempt = 0;
   for (const auto& c : all) {
@@ -211,7 +222,11 @@ void check_history(const std::vector<EventRecord>& events, const std::string& ck
   }
 }
 
-std::vector<ResumeDump> verify_resume_dumps(const std::string& dump_dir) {
+namespace {
+
+using OpenDumped = std::function<Result<checkpoint::CheckpointReader>(const ResumeDump&)>;
+
+std::vector<ResumeDump> verify_dumps(const std::string& dump_dir, const OpenDumped& open) {
   std::vector<ResumeDump> out;
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(dump_dir))
@@ -228,7 +243,8 @@ std::vector<ResumeDump> verify_resume_dumps(const std::string& dump_dir) {
     d.manifest = kv["manifest"];
     const uint64_t row0 = to_u64(kv["row0"]), rows = to_u64(kv["rows"]),
                    in_dim = to_u64(kv["in_dim"]);
-    auto reader = checkpoint::CheckpointReader::open(PosixFilesystem::instance(), d.manifest);
+    auto reader = open(d);
+    INFO("manifest " << d.manifest << ": " << (reader.ok() ? "" : reader.error().message()));
     REQUIRE(reader.ok());
     d.saved_world_size = reader->manifest().world_size;
     CHECK(reader->manifest().step == d.step);
@@ -250,6 +266,20 @@ std::vector<ResumeDump> verify_resume_dumps(const std::string& dump_dir) {
     out.push_back(d);
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<ResumeDump> verify_resume_dumps(const std::string& dump_dir) {
+  return verify_dumps(dump_dir, [](const ResumeDump& d) {
+    return checkpoint::CheckpointReader::open(PosixFilesystem::instance(), d.manifest);
+  });
+}
+
+std::vector<ResumeDump> verify_resume_dumps(const std::string& dump_dir, storage::Store& store) {
+  return verify_dumps(dump_dir, [&store](const ResumeDump& d) {
+    return checkpoint::CheckpointReader::open(store, d.step);
+  });
 }
 
 }  // namespace shardguard::testing::multinode

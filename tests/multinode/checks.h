@@ -16,6 +16,10 @@
 
 #include "supervisor/event_log.h"
 
+namespace shardguard::storage {
+class Store;
+}
+
 namespace shardguard::testing::multinode {
 
 class Cluster;
@@ -59,14 +63,16 @@ struct CommittedCheckpoint {
   std::string reason;  // periodic, emergency, final
   int64_t created_unix_ms = 0;
 };
-// Every complete checkpoint, by step (sizes verified).
+// Every complete checkpoint, by step (sizes verified), in a directory or any location.
 std::vector<CommittedCheckpoint> checkpoints(const std::string& ckpt);
+std::vector<CommittedCheckpoint> checkpoints(storage::Store& store);
 
 // Fencing over the whole history (REQUIREs inside): every step committed at most once in the
 // timeline and the committed steps only move forward in time; the manifests, by step, come
 // from non-decreasing epochs; each manifest's epoch was launched and its creation lies between
 // that launch and the epoch's end (a node of an old epoch never published later).
 void check_history(const std::vector<EventRecord>& events, const std::string& ckpt);
+void check_history(const std::vector<EventRecord>& events, storage::Store& store);
 
 struct ResumeDump {
   uint64_t attempt = 0, rank = 0, step = 0;
@@ -79,5 +85,7 @@ struct ResumeDump {
 // byte, the data loader state (rng and position of the rank, or rank 0's when the saving world
 // was smaller), and the all-reduce state carried in the global user JSON. Returns them.
 std::vector<ResumeDump> verify_resume_dumps(const std::string& dump_dir);
+// The same for checkpoints in `store` (a bucket): each dump's step opened there.
+std::vector<ResumeDump> verify_resume_dumps(const std::string& dump_dir, storage::Store& store);
 
 }  // namespace shardguard::testing::multinode

@@ -74,6 +74,7 @@ std::map<pid_t, pid_t> parents() {
 // SIGKILL to every process of the tree at once, then reaps its root; no test assertions, so
 // that the destructor can call it while a failed assertion unwinds.
 std::vector<pid_t> kill_tree(Background& root) {
+  if (root.pid() <= 0) return {};  // never started: kill(-1) would signal every process
   const std::vector<pid_t> tree = process_tree(root.pid());
   for (pid_t p : tree) ::kill(p, SIGKILL);
   for (pid_t p : tree) ::kill(p, SIGCONT);  // a stopped process dies once it runs again
@@ -105,6 +106,7 @@ uint16_t free_port_block(int count) {
 }
 
 std::vector<pid_t> process_tree(pid_t pid) {
+  if (pid <= 0) return {};  // not a process: 0 and -1 mean groups to kill(2)
   const auto parent = parents();
   std::vector<pid_t> out = {pid};
   for (size_t i = 0; i < out.size(); ++i)
@@ -120,7 +122,7 @@ std::string trainer_path() {
 }
 
 Cluster::Cluster(ClusterOptions options) : options_(std::move(options)) {
-  ckpt_ = tmp_ / "ckpt";
+  ckpt_ = options_.checkpoint_dir.empty() ? tmp_ / "ckpt" : options_.checkpoint_dir;
   secret_ = tmp_ / "secret";
   config_ = tmp_ / "job.toml";
   dump_dir_ = tmp_ / "resume-dumps";

@@ -1,10 +1,10 @@
 // A multi-node job as real processes for the multi-node tests: N `shardguard run --nnodes`
 // processes (one per "node", each with its own run directory) over the example trainer, one
-// shared checkpoint directory, one secret. On loopback each node has its own address
-// 127.0.0.<k+2> and the coordinator (node rank 0) listens on 127.0.0.1; a test that uses
-// network namespaces passes the addresses and a wrapper that runs each node inside its
-// namespace. A node can be started again after it died, SIGKILLed whole (its supervisor and
-// every descendant), or frozen and thawed whole (SIGSTOP/SIGCONT), as a VM would be.
+// shared checkpoint location (a directory, or a bucket), one secret. On loopback each node has
+// its own address 127.0.0.<k+2> and the coordinator (node rank 0) listens on 127.0.0.1; a test
+// that uses network namespaces passes the addresses and a wrapper that runs each node inside
+// its namespace. A node can be started again after it died, SIGKILLed whole (its supervisor
+// and every descendant), or frozen and thawed whole (SIGSTOP/SIGCONT), as a VM would be.
 //
 // When an assertion fails while a cluster exists, the tail of every node's log is printed as
 // the cluster goes away (what the nodes said up to the end).
@@ -49,6 +49,8 @@ struct ClusterOptions {
   std::string join_window = "20s";  // the first launch waits for every node (up to MAX)
   int every_steps = 50;
   std::string extra_config;  // appended to the job's TOML
+  // [job] checkpoint_dir; empty: a directory below the cluster's temp dir (ckpt()).
+  std::string checkpoint_dir;
   std::string job_config;    // lines added to its [job] table (e.g. coordinator_timeout)
   // Network namespaces: where node k's ranks are reached, where the coordinator listens, and
   // how node k's argv is run (e.g. {"ip", "netns", "exec", ns, argv...}). Empty: loopback.

@@ -230,6 +230,7 @@ TEST_CASE("--check-config reaches and probes the bucket, and names what is wrong
     auto bad = run_command(join_argv(check_argv(far.dirs)));
     CHECK(bad.exit_code == 2);
     CHECK_THAT(bad.err, Catch::Contains("plain http"));
+    CHECK_THAT(bad.err, Catch::Contains("allow_http = true in [storage]"));
   }
 }
 

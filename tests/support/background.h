@@ -20,7 +20,8 @@ namespace shardguard::testing {
 
 class Background {
  public:
-  // Runs `argv` with stdout and stderr appended to `log_path`.
+  // Runs `argv` (argv[0] a path: not looked up in PATH) with stdout and stderr appended to
+  // `log_path`. A spawn that failed leaves pid() -1 and wait() 127.
   Background(const std::vector<std::string>& argv, const std::string& log_path) {
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -45,11 +46,15 @@ class Background {
     }
   }
   pid_t pid() const { return pid_; }
-  void signal(int sig) const { ::kill(pid_, sig); }
+  // Never with pid -1 (a spawn that failed): kill(-1) would signal every process there is.
+  void signal(int sig) const {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
 
   // The exit code (128+signal when killed), or nullopt if it is still running at the timeout.
   std::optional<int> wait(std::chrono::milliseconds timeout) {
     if (status_) return status_;
+    if (pid_ <= 0) return status_ = 127;  // never started (waitpid(-1) would reap any child)
     const auto until = std::chrono::steady_clock::now() + timeout;
     while (std::chrono::steady_clock::now() < until) {
       int st = 0;

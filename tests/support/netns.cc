@@ -1,10 +1,13 @@
 // NetnsNetwork: creating, partitioning and tearing down the namespaces (see netns.h).
 #include "tests/support/netns.h"
 
+#include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -182,6 +185,31 @@ Result<pid_t> NetnsNetwork::spawn(int i, const std::vector<std::string>& argv,
   auto pid = spawn_process(exec_argv(i, argv), env_extra, log_path, SIGKILL);
   if (pid.ok()) spawned_.push_back(*pid);
   return pid;
+}
+
+NetnsEntered::~NetnsEntered() {
+  if (::setns(original_fd_, CLONE_NEWNET) != 0) std::abort();  // a thread stuck elsewhere
+  ::close(original_fd_);
+}
+
+Result<std::unique_ptr<NetnsEntered>> NetnsNetwork::enter(int i) const {
+  const int original = ::open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (original < 0) return Error::from_errno("open /proc/thread-self/ns/net", errno);
+  const std::string path = "/run/netns/" + name(i);
+  const int target = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (target < 0) {
+    auto e = Error::from_errno("open " + path, errno);
+    ::close(original);
+    return e;
+  }
+  const int rc = ::setns(target, CLONE_NEWNET);
+  const int err = errno;
+  ::close(target);
+  if (rc != 0) {
+    ::close(original);
+    return Error::from_errno("setns into " + name(i), err);
+  }
+  return std::make_unique<NetnsEntered>(original);
 }
 
 Status NetnsNetwork::iptables(int i, const std::string& op) const {

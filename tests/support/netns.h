@@ -12,6 +12,9 @@
 // "sgnet-<pid>-<starttime>-<seq>-<role>", so the sweep knows the owner and never touches a
 // live run's namespaces (parallel ctest, other engineers).
 //
+// The test's own code can also work inside a node for a while (NetnsNetwork::enter): a
+// client built there reaches what listens inside, e.g. a storage node's S3 server.
+//
 // Thread-safety: one thread at a time.
 #pragma once
 
@@ -33,6 +36,20 @@ struct NetnsOptions {
   // Addresses 10.<octet2>.<octet3>.<i+1>/24; the test chooses (private, used only inside).
   int octet2 = 213;
   int octet3 = 1;
+};
+
+// The calling thread in another network namespace until this goes away, then back in the one
+// it came from: sockets it opens meanwhile, and threads it starts meanwhile (which keep that
+// namespace for their lifetime: a libcurl transport's loop), belong to the namespace entered.
+class NetnsEntered {
+ public:
+  explicit NetnsEntered(int original_fd) : original_fd_(original_fd) {}
+  ~NetnsEntered();
+  NetnsEntered(const NetnsEntered&) = delete;
+  NetnsEntered& operator=(const NetnsEntered&) = delete;
+
+ private:
+  int original_fd_;
 };
 
 enum class PartitionMethod {
@@ -84,6 +101,10 @@ class NetnsNetwork {
   Status partition(int i, PartitionMethod method = PartitionMethod::kIptablesDrop);
   Status heal(int i);
   bool partitioned(int i) const;
+
+  // The calling thread enters node i's namespace (see NetnsEntered); build there what must
+  // live there, and let it go before the guard.
+  Result<std::unique_ptr<NetnsEntered>> enter(int i) const;
 
   // Pids of the processes in node i's namespace (`ip netns pids`).
   std::vector<pid_t> pids_in(int i) const;
