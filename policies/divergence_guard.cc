@@ -18,6 +18,9 @@ double median_of(const std::deque<double>& samples) {
   return (lower + upper) / 2;
 }
 
+// The step whose checkpoint holds the state a value reported at `step` was computed on.
+uint64_t state_before(uint64_t step) { return step > 0 ? step - 1 : 0; }
+
 // About six significant digits, never in exponent form (people read these).
 std::string number(double v) {
   if (!std::isfinite(v)) return "?";
@@ -64,7 +67,7 @@ std::optional<Anomaly> DivergenceGuard::observe(uint32_t rank, const StepScalars
 std::optional<Anomaly> DivergenceGuard::check(uint32_t rank, const std::string& name,
                                               const ScalarWindow& w) {
   if (w.nonfinite_step && options_.nonfinite.contains(name))
-    return Anomaly{rank, name, "nonfinite", w.first_step, w.last_step, 0, 0};
+    return Anomaly{rank, name, "nonfinite", w.first_step, w.last_step, state_before(*w.nonfinite_step)};
   if (w.count == 0 || options_.spike_factor <= 1 || !options_.spike_scalars.contains(name))
     return std::nullopt;
   Series& s = series_[{rank, name}];
@@ -80,7 +83,9 @@ std::optional<Anomaly> DivergenceGuard::check(uint32_t rank, const std::string& 
     s.spike_peak = std::max(s.spike_peak, w.max);
     // The values of a spike stay out of the median it is measured against.
     if (w.last_step + 1 - *s.spike_from >= std::max<uint64_t>(1, options_.spike_steps))
-      return Anomaly{rank, name, "spike", *s.spike_from, w.last_step, s.spike_peak, s.spike_median};
+      return Anomaly{rank,        name,         "spike",
+                     *s.spike_from, w.last_step, state_before(*s.spike_from),
+                     s.spike_peak, s.spike_median};
     return std::nullopt;
   }
   s.spike_from.reset();

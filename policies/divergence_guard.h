@@ -48,6 +48,11 @@ struct Anomaly {
   std::string rule;        // "nonfinite", "spike"
   uint64_t first_step = 0; // the suspect range starts here
   uint64_t seen_step = 0;  // the last step of the window that confirmed it
+  // The first step whose checkpoint is suspect. A value reported at step s was computed on the
+  // state the checkpoint of step s-1 holds, so this is the step before the first suspect value:
+  // the first NaN's step for "nonfinite" (exact, wherever the heartbeat window started), the
+  // window's first step for "spike" (the window does not say which of its steps spiked).
+  uint64_t suspect_from = 0;
   double value = 0;        // spike: the largest value seen in the run
   double median = 0;       // spike: the rolling median it was compared with
 

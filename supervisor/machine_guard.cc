@@ -25,7 +25,7 @@ void AttemptMachine::Impl::diverged(Now now, const policies::Anomaly& an) {
   GuardState& g = guard_state;
   a.divergence = an;
   const std::string what = an.describe(cfg.guard.spike_factor);
-  uint64_t from = an.first_step;
+  uint64_t from = an.suspect_from;
   g.gave_up = g.rollbacks >= cfg.guard.rollbacks;
   // The attempt resumed from the checkpoint the last rollback chose and went bad again: that
   // checkpoint is suspect too, so the next one goes further back. When giving up, only what

@@ -82,6 +82,7 @@ TEST_CASE("guard: a NaN loss is an anomaly from the first step of its window, on
   CHECK(a->rule == "nonfinite");
   CHECK(a->first_step == 6);
   CHECK(a->seen_step == 8);
+  CHECK(a->suspect_from == 7);  // the state that produced step 8's NaN
   CHECK(a->describe(0) == "rank 1: loss NaN or Inf (steps 6-8)");
 }
 
@@ -139,12 +140,13 @@ TEST_CASE("guard: a spike over k x the rolling median for m steps; shorter spike
   REQUIRE(a);
   CHECK(a->rule == "spike");
   CHECK(a->first_step == spike_start);
+  CHECK(a->suspect_from == spike_start - 1);
   CHECK(a->seen_step == step);
   CHECK(a->value == 60.0);
   CHECK(a->median > 0.9);
   CHECK(a->median < 5.0);
   CHECK(a->describe(5).find("loss 60 > 5 x median ") != std::string::npos);
-  Anomaly big{0, "grad_norm", "spike", 1, 2, 3.5e12, 2.5e-7};
+  Anomaly big{0, "grad_norm", "spike", 1, 2, 0, 3.5e12, 2.5e-7};
   CHECK(big.describe(1e6) == "rank 0: grad_norm 3500000000000 > 1000000 x median 0.00000025 (steps 1-2)");
 }
 

@@ -39,8 +39,8 @@ void losses(MachineDriver& d, uint64_t from, uint64_t to, std::optional<uint32_t
 
 }  // namespace
 
-TEST_CASE("guard: a NaN loss sets aside the checkpoints from its window on and relaunches from "
-          "the one before, skipping batches; progress past it clears the count",
+TEST_CASE("guard: a NaN loss sets aside the checkpoints from the state that produced it on and "
+          "relaunches from the one before, skipping batches; progress past it clears the count",
           "[machine][unit]") {
   MachineDriver d(guarded(20));
   d.start_single();
@@ -56,9 +56,11 @@ TEST_CASE("guard: a NaN loss sets aside the checkpoints from its window on and r
   CHECK(MachineDriver::field(div[0], "step") == "53");
   CHECK(MachineDriver::field(div[0], "rule") == "nonfinite");
   CHECK(MachineDriver::field(div[0], "action") == "roll_back");
+  CHECK(MachineDriver::field(div[0], "quarantine_from") == "54");
+  // The loss of step 55 was computed on the state the checkpoint of step 54 would hold.
   auto qf = d.last<command::QuarantineFrom>();
   REQUIRE(qf);
-  CHECK(qf->from_step == 53);
+  CHECK(qf->from_step == 54);
   REQUIRE(d.last<command::TearDown>());
   CHECK(d.all_of<command::CheckpointNow>().empty());  // bad weights are not worth saving
 
@@ -74,7 +76,7 @@ TEST_CASE("guard: a NaN loss sets aside the checkpoints from its window on and r
   d.advance(1ms);
   auto fr = d.last<command::FindResume>();
   REQUIRE(fr);
-  CHECK(fr->skip_from == std::optional<uint64_t>(53));
+  CHECK(fr->skip_from == std::optional<uint64_t>(54));
   d.resume(40);
   auto launch = d.last<command::Launch>();
   REQUIRE(launch);
@@ -94,6 +96,25 @@ TEST_CASE("guard: a NaN loss sets aside the checkpoints from its window on and r
   CHECK_FALSE(d.last<command::FindResume>()->skip_from);
   d.resume(60);
   CHECK(d.last<command::Launch>()->skip_batches == 0);
+}
+
+// Found by the run test: the NaN of a state saved at step 55 was first reported at step 56, the
+// first step of a heartbeat window, and the checkpoint of step 55 was kept as "before" it.
+TEST_CASE("guard: a NaN first seen at the start of a heartbeat window sets aside the checkpoint "
+          "of the step before it, whose state produced it", "[machine][unit]") {
+  MachineDriver d(guarded(5));
+  d.start_single();
+  losses(d, 1, 40);
+  d.commit(40);
+  losses(d, 41, 55);
+  d.commit(55);
+  losses(d, 56, 58, 1, 56);
+  CHECK(d.last_field("divergence", "step") == "56");
+  CHECK(d.last_field("divergence", "quarantine_from") == "55");
+  CHECK(d.last<command::QuarantineFrom>()->from_step == 55);
+  d.confirm_teardown();
+  d.advance(1ms);
+  CHECK(d.last<command::FindResume>()->skip_from == std::optional<uint64_t>(55));
 }
 
 TEST_CASE("guard: a crash after the rollback relaunches from the same checkpoint, still "
@@ -124,7 +145,7 @@ TEST_CASE("guard: the anomaly again after the rollback rolls back further, then 
   d.commit(20);
   d.commit(40);
   losses(d, 41, 55, 0, 55);
-  CHECK(d.last<command::QuarantineFrom>()->from_step == 41);
+  CHECK(d.last<command::QuarantineFrom>()->from_step == 54);
   d.confirm_teardown();
   d.advance(1ms);
   d.resume(40);
@@ -177,7 +198,7 @@ TEST_CASE("guard: an anomaly during an emergency checkpoint still sets the steps
   d.notice(60s);
   REQUIRE(d.last<command::CheckpointNow>());
   losses(d, 41, 44, 1, 44);
-  CHECK(d.last<command::QuarantineFrom>()->from_step == 41);
+  CHECK(d.last<command::QuarantineFrom>()->from_step == 43);
   d.confirm_teardown();
   auto fin = d.last<command::Finish>();
   REQUIRE(fin);
