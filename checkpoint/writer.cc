@@ -353,10 +353,11 @@ Result<Sidecar> ShardWriter::finish() {
   Sidecar sidecar = m.make_sidecar(std::move(checksums));
   const std::string sidecar_key = m.key(m.files().sidecar(opt.rank, opt.attempt));
   // The shard is durable and visible before the sidecar that points at it appears. In a
-  // bucket the sidecar's key is this attempt's own: never written twice.
+  // bucket the sidecar's key is this attempt's own: never written twice when attempts are
+  // numbered.
+  const bool once = m.files().per_attempt && m.opt.attempts_numbered;
   auto published = store.put(sidecar_key, sidecar_to_json(sidecar),
-                             m.files().per_attempt ? storage::PutCondition::if_absent()
-                                                   : storage::PutCondition::none());
+                             once ? storage::PutCondition::if_absent() : storage::PutCondition::none());
   if (!published.ok()) {
     // A failed save leaves nothing of this rank: no orphan shard (on a full disk it is the
     // space to give back), and no sidecar whose durability is unknown.

@@ -40,6 +40,11 @@ struct WriterOptions {
   std::string job_id = "job";
   uint64_t step = 0;
   uint64_t attempt = 0;
+  // Whether `attempt` numbers this rank's launches (a supervisor or a launcher's restart count
+  // set it): then an attempt's keys are written once, and in a bucket a second writer of one
+  // attempt's sidecar is refused (kExists). A job started by hand keeps attempt 0 across its
+  // own restarts: its rank replaces the sidecar an earlier run of it left, as in a directory.
+  bool attempts_numbered = true;
   uint32_t rank = 0;
   uint32_t world_size = 1;
   int io_threads = 4;                 // parallel writers of one shard

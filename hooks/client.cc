@@ -623,6 +623,7 @@ checkpoint::ShardWriter Client::begin_save(uint64_t step) {
   w.job_id = impl_->opt.job_id;
   w.step = step;
   w.attempt = impl_->opt.attempt;
+  w.attempts_numbered = impl_->opt.attempts_numbered || impl_->opt.under_shardguard;
   w.rank = impl_->opt.rank;
   w.world_size = impl_->opt.world_size;
   w.io_threads = impl_->opt.io_threads;

@@ -55,6 +55,10 @@ struct ClientDeps {
 struct ClientOptions {
   std::string job_id = "local";
   uint64_t attempt = 0;
+  // Whether `attempt` counts this job's launches: SHARDGUARD_ATTEMPT, else a launcher's restart
+  // count (TORCHELASTIC_RESTART_COUNT, SLURM_RESTART_COUNT). A job started by hand keeps
+  // attempt 0 across its own restarts (checkpoint::WriterOptions::attempts_numbered).
+  bool attempts_numbered = false;
   uint32_t rank = 0;
   uint32_t world_size = 1;
   uint32_t local_rank = 0;

@@ -51,7 +51,13 @@ Result<ClientOptions> options_from_env(ClientOptions o) {
     o.job_id = v;
     o.under_shardguard = true;
   }
-  SG_ASSIGN_OR_RETURN(o.attempt, env_u64("SHARDGUARD_ATTEMPT", o.attempt));
+  // The supervisor's attempt, else the launcher's restart count (all ranks see the same).
+  for (const char* name : {"SHARDGUARD_ATTEMPT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"}) {
+    if (env(name) == nullptr) continue;
+    SG_ASSIGN_OR_RETURN(o.attempt, env_u64(name, o.attempt));
+    o.attempts_numbered = true;
+    break;
+  }
   // torch's names first, ours win where both are set.
   SG_ASSIGN_OR_RETURN(uint64_t rank, env_u64("RANK", o.rank));
   SG_ASSIGN_OR_RETURN(rank, env_u64("SHARDGUARD_RANK", rank));

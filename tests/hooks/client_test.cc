@@ -282,3 +282,33 @@ TEST_CASE("client: the job's [checkpoint] commit_timeout reaches the client thro
   CHECK(unset->commit_timeout == std::chrono::minutes(10));  // the client's own default
   ::unsetenv("SHARDGUARD_CHECKPOINT_DIR");
 }
+
+TEST_CASE("client: the attempt is the supervisor's, else the launcher's restart count; a job "
+          "started by hand has no numbered attempts",
+          "[integration]") {
+  TempDir dir;
+  ::setenv("SHARDGUARD_CHECKPOINT_DIR", dir.path().c_str(), 1);
+  for (const char* name : {"SHARDGUARD_ATTEMPT", "TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT"})
+    ::unsetenv(name);
+  auto by_hand = options_from_env(ClientOptions{});
+  REQUIRE(by_hand.ok());
+  CHECK(by_hand->attempt == 0);
+  CHECK_FALSE(by_hand->attempts_numbered);
+  ::setenv("SLURM_RESTART_COUNT", "2", 1);
+  auto slurm = options_from_env(ClientOptions{});
+  REQUIRE(slurm.ok());
+  CHECK(slurm->attempt == 2);
+  CHECK(slurm->attempts_numbered);
+  ::setenv("TORCHELASTIC_RESTART_COUNT", "3", 1);
+  CHECK(options_from_env(ClientOptions{})->attempt == 3);
+  ::setenv("SHARDGUARD_ATTEMPT", "9", 1);
+  CHECK(options_from_env(ClientOptions{})->attempt == 9);
+  ::setenv("TORCHELASTIC_RESTART_COUNT", "x", 1);
+  CHECK(options_from_env(ClientOptions{})->attempt == 9);  // ours win; theirs is not read
+  ::unsetenv("SHARDGUARD_ATTEMPT");
+  auto bad = options_from_env(ClientOptions{});
+  REQUIRE_FALSE(bad.ok());
+  CHECK_THAT(bad.error().message(), Catch::Contains("TORCHELASTIC_RESTART_COUNT='x'"));
+  for (const char* name : {"TORCHELASTIC_RESTART_COUNT", "SLURM_RESTART_COUNT", "SHARDGUARD_CHECKPOINT_DIR"})
+    ::unsetenv(name);
+}

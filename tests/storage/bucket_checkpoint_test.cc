@@ -39,9 +39,11 @@ std::span<const std::byte> rows_of(const std::vector<float>& w, uint64_t r0, uin
   return std::as_bytes(std::span(w).subspan(r0 * kCols, (r1 - r0) * kCols));
 }
 
-// Every rank of `world` writes its rows of step `step` for `attempt`; rank 0 commits.
+// Every rank of `world` writes its rows of step `step` for `attempt`; rank 0 commits unless
+// `commit` is false (a run killed before its commit).
 Result<Manifest> save(storage::Store& store, uint64_t step, uint64_t attempt, uint32_t world,
-                      const std::string& job = "bucket-job") {
+                      const std::string& job = "bucket-job", bool numbered = true,
+                      bool commit = true) {
   const auto w = weights(step);
   std::vector<std::thread> ranks;
   std::vector<Status> results(world);
@@ -51,6 +53,7 @@ Result<Manifest> save(storage::Store& store, uint64_t step, uint64_t attempt, ui
       o.job_id = job;
       o.step = step;
       o.attempt = attempt;
+      o.attempts_numbered = numbered;
       o.rank = r;
       o.world_size = world;
       o.block_size = 5ull << 20;
@@ -69,6 +72,7 @@ Result<Manifest> save(storage::Store& store, uint64_t step, uint64_t attempt, ui
     });
   for (auto& t : ranks) t.join();
   for (auto& r : results) SG_RETURN_IF_ERROR(r);
+  if (!commit) return Error(ErrorCode::kCancelled, "not committed");
   CommitOptions c;
   c.job_id = job;
   c.step = step;
@@ -186,6 +190,30 @@ TEST_CASE("a committed step on a bucket is never overwritten", "[integration]") 
     CHECK(put.error().code() == ErrorCode::kExists);
     CHECK(*store->read(manifest_key(200), 1 << 20) == *before);
   }
+}
+
+// Found by the clients' test: a trainer started by hand (attempt 0 on every start) killed
+// between its sidecar and the commit could never save that step again.
+TEST_CASE("an attempt's sidecar is written once when attempts are numbered; a job started by hand "
+          "replaces the one its killed run left", "[integration]") {
+  SG_REQUIRE_RGW();
+  S3Rig& rig = *S3Rig::shared();
+  auto store = rig.store(rig.new_bucket("byhand"));
+  REQUIRE(save(*store, 300, 0, 2, "bucket-job", /*numbered=*/false, /*commit=*/false).error().code() ==
+          ErrorCode::kCancelled);
+  REQUIRE(store->stat("step-000000300/a000000/rank-00001.json")->has_value());
+
+  auto twice = save(*store, 300, 0, 2, "bucket-job", /*numbered=*/true);
+  REQUIRE_FALSE(twice.ok());
+  CHECK(twice.error().code() == ErrorCode::kExists);
+  CHECK_THAT(twice.error().message(), Catch::Contains("rank-0000"));
+
+  auto again = save(*store, 300, 0, 2, "bucket-job", /*numbered=*/false);
+  REQUIRE(again.ok());
+  auto list = list_checkpoints(*store, Verify::kChecksum);
+  REQUIRE(list.ok());
+  REQUIRE(list->size() == 1);
+  CHECK((*list)[0].state == CheckpointState::kComplete);
 }
 
 TEST_CASE("quarantine on a bucket is a mark; the step number is free again", "[integration]") {

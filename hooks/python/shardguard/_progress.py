@@ -5,7 +5,9 @@ stdout; this says it again in Python's logging (which a notebook or a redirected
 shows, where C output may not), on every rank, from what the step directory holds: this
 rank's own part still being written, the sidecars (rank-NNNNN.json) of the ranks that are
 done and of those that are missing, or the manifest rank 0 has not written yet. A thread
-runs beside the blocking library call (ctypes releases the GIL) and only lists a directory.
+runs beside the blocking library call (ctypes releases the GIL) and only lists a directory;
+for a bucket (s3://) it lists nothing (ranks must not all list a bucket) and says only how
+long the save has run (the supervisor's log has its bytes, rate and time left).
 Thread-safety: one Watch per save; start and stop from the training thread.
 """
 
@@ -22,11 +24,20 @@ _SIDECAR = re.compile(r"^rank-(\d{5})\.json$")
 
 
 def step_dir(checkpoint_dir, step):
+    if is_bucket(checkpoint_dir):
+        return checkpoint_dir.rstrip("/") + "/step-%09d" % step
     return os.path.join(checkpoint_dir, "step-%09d" % step)
+
+
+def is_bucket(location):
+    return str(location).startswith("s3://")
 
 
 def describe_wait(directory, rank, world):
     """What a save of this step directory is waiting for, in words."""
+    if is_bucket(directory):
+        return ("its objects are still being uploaded or the commit is pending (the supervisor's "
+                "log shows the save's progress)")
     try:
         names = os.listdir(directory)
     except OSError:
