@@ -27,6 +27,20 @@ struct Transfer {
   curl_slist* headers = nullptr;
   CURL* easy = nullptr;
 
+  // Progress, for the stall rule (loop thread only): bytes this transfer moved either way,
+  // the transport's count it adds to, and where the current low-speed window began.
+  uint64_t moved = 0;
+  uint64_t* transport_moved = nullptr;
+  std::chrono::steady_clock::time_point window_start{};
+  uint64_t window_moved = 0;
+  uint64_t window_transport = 0;
+  bool stalled = false;
+
+  void count(size_t bytes) {
+    moved += bytes;
+    if (transport_moved != nullptr) *transport_moved += bytes;
+  }
+
   std::mutex mu;
   std::condition_variable cv;
   bool done = false;
@@ -49,6 +63,7 @@ struct Transfer {
 size_t on_write(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const size_t bytes = size * n;
+  t->count(bytes);
   const HttpRequest& r = *t->request;
   // Only a success's body goes into the sink; an error's (an S3 XML error) into body.
   long status = 0;
@@ -84,6 +99,7 @@ size_t on_read(char* buffer, size_t size, size_t n, void* user) {
   const size_t bytes = std::min(left, size * n);
   std::memcpy(buffer, body.data() + t->sent, bytes);
   t->sent += bytes;
+  t->count(bytes);
   return bytes;
 }
 
@@ -143,6 +159,7 @@ struct CurlTransport::Impl {
   std::mutex mu;
   std::deque<Transfer*> incoming;  // by mu: to be added to the multi handle
   std::vector<Transfer*> running;  // loop thread only
+  uint64_t moved = 0;              // loop thread only: bytes every transfer moved
   bool stopping = false;           // by mu
 
   ~Impl() {
@@ -181,12 +198,7 @@ struct CurlTransport::Impl {
     if (r.timeout.count() > 0) curl_easy_setopt(e, CURLOPT_TIMEOUT_MS, to_ms(r.timeout));
     if (r.connect_timeout.count() > 0)
       curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, to_ms(r.connect_timeout));
-    if (r.low_speed_bytes > 0 && r.low_speed_time.count() > 0) {
-      curl_easy_setopt(e, CURLOPT_LOW_SPEED_LIMIT, static_cast<long>(r.low_speed_bytes));
-      curl_easy_setopt(e, CURLOPT_LOW_SPEED_TIME,
-                       std::max(1L, static_cast<long>(std::chrono::duration_cast<
-                                    std::chrono::seconds>(r.low_speed_time).count())));
-    }
+    // The low-speed limit is the loop's (check_stalls), not curl's per-handle one.
     if (r.interrupt) {
       curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
       curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, on_progress);
@@ -221,6 +233,41 @@ struct CurlTransport::Impl {
     return {};
   }
 
+  // A transfer that moved fewer than low_speed_bytes a second over its low_speed_time is cut
+  // off only when no transfer of this transport moved that much either: a busy server that
+  // serves some connections while others wait their turn (RGW with 64 parts in flight gives
+  // some nothing for 10 s) is slow, not stalled; a connection the network dropped, or a server
+  // that stopped answering, moves nothing anywhere. A request that waits while others move is
+  // bounded by its own timeout.
+  void check_stalls() {
+    const auto now = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < running.size();) {
+      Transfer* t = running[i];
+      const HttpRequest& r = *t->request;
+      if (r.low_speed_bytes == 0 || r.low_speed_time.count() <= 0 ||
+          now - t->window_start < r.low_speed_time) {
+        ++i;
+        continue;
+      }
+      const uint64_t floor = static_cast<uint64_t>(
+          static_cast<double>(r.low_speed_bytes) *
+          std::chrono::duration<double>(r.low_speed_time).count());
+      const bool slow = t->moved - t->window_moved < floor;
+      const bool quiet = moved - t->window_transport < floor;
+      if (slow && quiet) {
+        t->stalled = true;
+        curl_multi_remove_handle(multi, t->easy);
+        running.erase(running.begin() + static_cast<std::ptrdiff_t>(i));
+        t->finish(CURLE_OPERATION_TIMEDOUT);
+        continue;
+      }
+      t->window_start = now;
+      t->window_moved = t->moved;
+      t->window_transport = moved;
+      ++i;
+    }
+  }
+
   void run() {
     for (;;) {
       {
@@ -233,6 +280,9 @@ struct CurlTransport::Impl {
             t->finish(CURLE_FAILED_INIT);
             continue;
           }
+          t->transport_moved = &moved;
+          t->window_start = std::chrono::steady_clock::now();
+          t->window_transport = moved;
           running.push_back(t);
         }
       }
@@ -251,6 +301,7 @@ struct CurlTransport::Impl {
         t->response.status = static_cast<int>(status);
         t->finish(result);
       }
+      check_stalls();
       curl_multi_poll(multi, nullptr, 0, 1000, nullptr);
     }
     // Stopping: whatever is in flight or queued fails.
@@ -304,11 +355,20 @@ Result<HttpResponse> CurlTransport::perform(const HttpRequest& request) {
                                      std::to_string(request.sink ? request.sink->size()
                                                                  : request.max_body) +
                                      " bytes expected");
+  if (t.stalled)
+    return Error(ErrorCode::kTimeout,
+                 what + ": " + std::string(kTransferStalled) + ": less than " +
+                     std::to_string(request.low_speed_bytes) + " bytes/s for " +
+                     std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
+                                        request.low_speed_time)
+                                        .count()) +
+                     " s on this connection and on every other one");
   if (t.code != CURLE_OK) {
     std::string detail = t.error[0] != '\0' ? t.error : curl_easy_strerror(t.code);
     const bool timed_out = t.code == CURLE_OPERATION_TIMEDOUT;
-    if (timed_out && detail.find("too slow") != std::string::npos)
-      detail = std::string(kTransferStalled) + ": " + detail;
+    curl_off_t connected_us = 0;
+    curl_easy_getinfo(t.easy, CURLINFO_CONNECT_TIME_T, &connected_us);
+    if (timed_out && connected_us == 0) detail = std::string(kNoConnection) + ": " + detail;
     return Error(timed_out ? ErrorCode::kTimeout : ErrorCode::kIo, what + ": " + detail);
   }
   return std::move(t.response);

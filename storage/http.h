@@ -50,8 +50,10 @@ struct HttpRequest {
   // Whole request, connect included; zero: no limit.
   Duration timeout{};
   Duration connect_timeout = std::chrono::seconds(10);
-  // A transfer moving fewer than low_speed_bytes per low_speed_time (both set) is cut off
-  // with kTimeout: a stalled upload or download, however long its overall timeout.
+  // A transfer moving fewer than low_speed_bytes a second for low_speed_time (both set), while
+  // no other transfer of the same transport moves that much either, is cut off with kTimeout:
+  // a stalled upload or download, or a server the network cut off, however long its overall
+  // timeout. (One that waits while the server serves others is bounded by `timeout`.)
   uint64_t low_speed_bytes = 0;
   Duration low_speed_time{};
   Interrupt interrupt{};  // empty: never interrupted
@@ -69,6 +71,9 @@ struct HttpResponse {
 
 // In the message of the kTimeout a stalled transfer (the low-speed limit) fails with.
 inline constexpr std::string_view kTransferStalled = "the transfer stalled";
+// In the message of the kTimeout of a connection not made within connect_timeout (a server
+// cut off by the network: every retry would wait as long again).
+inline constexpr std::string_view kNoConnection = "no connection within the connect timeout";
 
 class HttpTransport {
  public:

@@ -186,8 +186,11 @@ struct S3Client::Impl {
         if (r.error().code() == ErrorCode::kCancelled) return std::move(r).error();
         last = Error(r.error().code(), c.name + " " + target(c) + ": " + r.error().message() +
                                            " (after " + std::to_string(attempt) + " tries)");
-        // A stall (curl's low-speed limit) is retried once: a stuck upload must fail fast.
-        const bool stalled = r.error().message().find(kTransferStalled) != std::string::npos;
+        // A stall (curl's low-speed limit) or a connection not made in time is retried once:
+        // a stuck upload, or a server the network cut off, must fail the save fast.
+        const std::string& m = r.error().message();
+        const bool stalled = m.find(kTransferStalled) != std::string::npos ||
+                             m.find(kNoConnection) != std::string::npos;
         if (stalled && ++stalls > 1) return std::move(*last);
       }
       if (attempt <= options.retries) {

@@ -10,7 +10,8 @@
 //   max_inflight     the host memory a rank's transfers may hold at once; parallel parts
 //                    are max_inflight / part_size
 //   request_timeout  one request
-//   stall_timeout    a transfer that moves less than 64 KiB/s for this long (10s) fails
+//   stall_timeout    a transfer that moves less than 64 KiB/s for this long (10s), while
+//                    none of the rank's others moves more, fails
 //   retries          after the first try, on 500, 503 SlowDown, resets and timeouts
 //   tls_verify       on; plain http is accepted for loopback endpoints only, unless
 //                    allow_http says so

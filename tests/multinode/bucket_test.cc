@@ -3,7 +3,8 @@
 // the checkpoint location s3://BUCKET/job. A node is lost with its disk and comes back as a
 // fresh VM that resumes from the bucket; then the node that embeds the coordinator is lost for
 // good, a survivor takes over (the bucket's lease, judged by the server's clock) and the job
-// ends bit-identical to an uninterrupted run. Every resume is checked byte for byte against
+// ends bit-identical; in between, a node cut off from the RGW during a save (iptables DROP in
+// its namespace) fails that save on every rank and the job goes on to an uninterrupted run. Every resume is checked byte for byte against
 // the bucket's checkpoint it loaded, and no two epochs commit one step.
 // Root only: skips with a warning where namespaces or the RGW cannot be made.
 #include <signal.h>
@@ -159,6 +160,41 @@ TEST_CASE(
         return e.type == "checkpoint_committed" && field(e, "attempt") == field(*grown, "attempt");
       },
       60s));
+
+  // Node 2 is cut off from the storage node (its packets to the RGW dropped) while the job
+  // saves: node 2's rank cannot finish its part, so that save fails on every rank within
+  // seconds (no collective timeout waited out), the job trains on without a relaunch, and once
+  // the network heals the next save commits.
+  const std::vector<std::string> drop = {"iptables", "-w", "-I", "OUTPUT", "-d",
+                                         net.address(kStorageNode), "-j", "DROP"};
+  const int64_t cut_ms = wall_ms_now();
+  auto cut = net.exec(2, drop, 20s);
+  REQUIRE(cut.ok());
+  REQUIRE(cut->exit_code == 0);
+  const auto failed = wait_event(
+      c, [&](const EventRecord& e) { return e.type == "checkpoint_failed" && e.time_unix_ms >= cut_ms; },
+      90s);
+  REQUIRE(failed);
+  CHECK(field(*failed, "rank") == "2");
+  CHECK_THAT(field(*failed, "error"),
+             Catch::Contains("stalled") || Catch::Contains("no connection within"));
+  // Two tries of the part at the 10 s stall limit, or of the connection at its 10 s timeout.
+  CHECK(failed->time_unix_ms - cut_ms < 40'000);
+  std::vector<std::string> undrop = drop;
+  undrop[2] = "-D";
+  auto healed = net.exec(2, undrop, 20s);
+  REQUIRE(healed.ok());
+  REQUIRE(healed->exit_code == 0);
+  const uint64_t failed_step = std::stoull(field(*failed, "step"));
+  REQUIRE(wait_event(
+      c,
+      [&](const EventRecord& e) {
+        return e.type == "checkpoint_committed" && std::stoull(field(e, "step")) > failed_step;
+      },
+      60s));
+  CHECK(of_type(c.node_events(0), "launch").size() == 3);  // no relaunch for a failed save
+  for (const auto& e : of_type(c.node_events(0), "checkpoint_committed"))
+    CHECK(std::stoull(field(e, "step")) != failed_step);
 
   // The coordinator's node is lost for good: a survivor takes over from the record in the
   // bucket. Nodes 1 and 2 may race for it; the location's lease lets exactly one win.
