@@ -48,5 +48,10 @@ checkpoint::ReaderOptions reader_options_from_env();
 int warm(const std::string& dir, uint64_t step, int repeat);
 int stall(uint64_t total, uint64_t gap_ms, const std::string& mode, const std::string& dir);
 int resume_job(uint64_t step_work_passes);
+// save, load and clear on s3://BUCKET/PREFIX (bench/ckpt_bench_bucket.cc).
+int bucket_save(const std::string& url, uint64_t step, uint32_t rank, uint32_t world,
+                uint64_t total);
+int bucket_load(const std::string& url, uint64_t step, uint32_t rank, uint32_t world);
+int bucket_clear(const std::string& url);
 
 }  // namespace shardguard::bench

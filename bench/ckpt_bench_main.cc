@@ -16,6 +16,7 @@
 //                                            resume manifest); GAP_MS of "training" between
 //                                            client start and the first save
 //                                            (bench/ckpt_bench_stall.cc)
+//   save, load, clear on s3://BUCKET/PREFIX (bench/ckpt_bench_bucket.cc)
 //   resume [STEP_BYTES]                      a rank under `shardguard run`: resume this rank's
 //                                            share of the checkpoint given
 //                                            (SHARDGUARD_RESUME_MANIFEST), take one step (update
@@ -273,6 +274,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> a(argv + 1, argv + argc);
   auto u = [&](size_t i) { return std::strtoull(a.at(i).c_str(), nullptr, 10); };
   try {
+    if (a.size() >= 2 && a[1].rfind("s3://", 0) == 0) {
+      if (a.size() == 6 && a[0] == "save") return bucket_save(a[1], u(2), u(3), u(4), u(5));
+      if (a.size() == 5 && a[0] == "load") return bucket_load(a[1], u(2), u(3), u(4));
+      if (a.size() == 2 && a[0] == "clear") return bucket_clear(a[1]);
+    }
     if (a.size() == 6 && a[0] == "save") return save(a[1], u(2), u(3), u(4), u(5));
     if (a.size() == 4 && a[0] == "commit") return commit(a[1], u(2), u(3));
     if (a.size() == 3 && a[0] == "drop") return drop(a[1], u(2));

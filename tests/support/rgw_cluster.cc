@@ -230,7 +230,11 @@ std::string render_ceph_conf(const ConfSpec& s) {
   // Also on addresses of the test's own network namespaces (a storage node that others reach).
   for (const auto& a : s.options.also_listen) c << " endpoint=" << a << ":" << s.rgw_port;
   c << "\n"
-    << "rgw data = " << s.dir << "/rgw\n";
+    << "rgw data = " << s.dir << "/rgw\n"
+    // A deleted object's data is RGW's garbage, collected after rgw_gc_obj_min_wait (2 h by
+    // default): a bench that writes and deletes 4 GiB a round filled a 16 GiB OSD (every write
+    // then hangs) or, with memstore, grew the OSD to 15 GiB of RAM. Collect it within seconds.
+    << "rgw gc obj min wait = 1\nrgw gc processor period = 5\nrgw gc processor max time = 5\n";
   return c.str();
 }
 
