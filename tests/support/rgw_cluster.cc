@@ -21,6 +21,9 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/fixture_text.h"
+#include "tests/support/temp_dir.h"
+
 namespace shardguard::testing {
 namespace {
 
@@ -31,30 +34,6 @@ constexpr const char* kDirPrefix = "sg-rgw-";
 constexpr const char* kAws = "/usr/bin/aws";  // Debian's awscli; `aws` on PATH may be a shim
 constexpr const char* kRegion = "us-east-1";
 constexpr const char* kUser = "sgtest";
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Status write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return Error(ErrorCode::kIo, "write '" + path + "' failed");
-  return ok_status();
-}
-
-std::string tmp_base() {
-  const char* t = std::getenv("TMPDIR");
-  return t && *t ? t : "/tmp";
-}
-
-std::string tail(const std::string& text, size_t bytes) {
-  return text.size() <= bytes ? text : text.substr(text.size() - bytes);
-}
 
 // A random (version 4) UUID: the cluster's fsid and the OSD's uuid.
 std::string random_uuid() {
@@ -80,7 +59,7 @@ std::string self_identity() {
 // Whether the process that wrote `dir`/owner still runs. A directory without an owner file
 // is being set up by someone right now unless it is older than a minute.
 bool owner_alive(const std::string& dir) {
-  std::istringstream owner(read_text(dir + "/owner"));
+  std::istringstream owner(slurp(dir + "/owner"));
   long pid = 0;
   uint64_t start = 0;
   if (!(owner >> pid >> start)) {
@@ -451,7 +430,7 @@ std::chrono::milliseconds RgwCluster::time_left() const {
 bool RgwCluster::port_taken() const {
   for (const Daemon* d : {&mon_, &rgw_})
     for (const char* ext : {".log", ".out"})
-      if (read_text(dir_ + "/log/" + d->name + ext).find("Address already in use") !=
+      if (slurp(dir_ + "/log/" + d->name + ext).find("Address already in use") !=
           std::string::npos)
         return true;
   return false;
@@ -474,8 +453,8 @@ std::string RgwCluster::log_tail(const std::string& label, size_t bytes) const {
   const Daemon* d = daemon(label);
   if (d == nullptr) return "(no daemon '" + label + "')";
   const std::string base = dir_ + "/log/" + d->name;
-  return redact(tail(read_text(base + ".log"), bytes) + "\n--- " + d->name +
-                " stdout/stderr ---\n" + tail(read_text(base + ".out"), bytes / 2));
+  return redact(tail(slurp(base + ".log"), bytes) + "\n--- " + d->name +
+                " stdout/stderr ---\n" + tail(slurp(base + ".out"), bytes / 2));
 }
 
 RgwCluster::~RgwCluster() { stop(); }
@@ -600,7 +579,7 @@ std::map<std::string, uint64_t> RgwCluster::daemon_rss_bytes() const {
   std::map<std::string, uint64_t> rss;
   for (const Daemon* d : {&mon_, &osd_, &rgw_}) {
     if (d->pid <= 0 || !process_alive(d->pid)) continue;
-    std::istringstream status(read_text("/proc/" + std::to_string(d->pid) + "/status"));
+    std::istringstream status(slurp("/proc/" + std::to_string(d->pid) + "/status"));
     for (std::string line; std::getline(status, line);)
       if (line.rfind("VmRSS:", 0) == 0)
         rss[process_comm(d->pid)] = std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;

@@ -17,6 +17,9 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/fixture_text.h"
+#include "tests/support/temp_dir.h"
+
 namespace shardguard::testing {
 namespace {
 
@@ -25,30 +28,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kMarker = "SHARDGUARD_SLURM_FIXTURE";
 constexpr const char* kDirPrefix = "sg-slurm-";
-
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Status write_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return Error(ErrorCode::kIo, "write '" + path + "' failed");
-  return ok_status();
-}
-
-std::string tmp_base() {
-  const char* t = std::getenv("TMPDIR");
-  return t && *t ? t : "/tmp";
-}
-
-std::string tail(const std::string& text, size_t bytes) {
-  return text.size() <= bytes ? text : text.substr(text.size() - bytes);
-}
 
 // "pid starttime" of this process: names it for good, even after its pid is reused.
 std::string self_identity() {
@@ -59,7 +38,7 @@ std::string self_identity() {
 // Whether the process that wrote `dir`/owner still runs. A directory without an owner file
 // is being set up by someone right now unless it is older than a minute.
 bool owner_alive(const std::string& dir) {
-  std::istringstream owner(read_text(dir + "/owner"));
+  std::istringstream owner(slurp(dir + "/owner"));
   long pid = 0;
   uint64_t start = 0;
   if (!(owner >> pid >> start)) {
@@ -154,7 +133,7 @@ void SlurmCluster::sweep_stale() {
   });
   for (const auto& dir : stale_dirs) {
     std::string cluster;
-    std::istringstream conf(read_text(dir + "/slurm.conf"));
+    std::istringstream conf(slurp(dir + "/slurm.conf"));
     for (std::string line; std::getline(conf, line);)
       if (line.rfind("ClusterName=", 0) == 0) cluster = line.substr(12);
     kill_all([&] { return fixture_pids(dir, cluster); });
@@ -197,10 +176,10 @@ Result<std::unique_ptr<SlurmCluster>> SlurmCluster::start(SlurmOptions options) 
     bool port_taken = false;
     for (const char* log : {"slurmctld.log", "slurmctld.out"})
       port_taken |=
-          read_text(c->dir_ + "/log/" + log).find("Address already in use") != std::string::npos;
+          slurp(c->dir_ + "/log/" + log).find("Address already in use") != std::string::npos;
     for (const auto& n : c->node_names())
       port_taken |=
-          read_text(c->dir_ + "/log/slurmd-" + n + ".log").find("Address already in use") !=
+          slurp(c->dir_ + "/log/slurmd-" + n + ".log").find("Address already in use") !=
           std::string::npos;
     last = std::move(s).error().context("start Slurm cluster in '" + c->dir_ + "'");
     c->stop();
@@ -257,12 +236,12 @@ Status SlurmCluster::start_munge() {
   if (!code) {
     stop_process(*pid, 1s);
     return Error(ErrorCode::kTimeout,
-                 "munged did not start within 20 s: " + read_text(dir_ + "/log/munged.out"));
+                 "munged did not start within 20 s: " + slurp(dir_ + "/log/munged.out"));
   }
   if (*code != 0)
     return Error(ErrorCode::kIo, "munged exited " + std::to_string(*code) + ": " +
-                                     read_text(dir_ + "/log/munged.out"));
-  munged_pid_ = static_cast<pid_t>(std::atol(read_text(d + "/munged.pid").c_str()));
+                                     slurp(dir_ + "/log/munged.out"));
+  munged_pid_ = static_cast<pid_t>(std::atol(slurp(d + "/munged.pid").c_str()));
   if (munged_pid_ <= 0) return Error(ErrorCode::kIo, "munged wrote no pid file in '" + d + "'");
   return ok_status();
 }
@@ -305,7 +284,7 @@ Status SlurmCluster::start_ctld() {
   while (Clock::now() < deadline) {
     if (!process_alive(ctld_pid_))
       return Error(ErrorCode::kIo, "slurmctld exited at start: " +
-                                       tail(read_text(dir_ + "/log/slurmctld.out"), 2000));
+                                       tail(slurp(dir_ + "/log/slurmctld.out"), 2000));
     auto ping = run({"scontrol", "ping"}, 10s);
     if (ping.ok() && ping->out.find("is UP") != std::string::npos) return ok_status();
     std::this_thread::sleep_for(200ms);
@@ -330,7 +309,7 @@ Status SlurmCluster::wait_all_idle(std::chrono::milliseconds timeout) {
       if (!process_alive(pid))
         return Error(ErrorCode::kIo,
                      "slurmd " + name + " exited at start: " +
-                         tail(read_text(dir_ + "/log/slurmd-" + name + ".out"), 2000));
+                         tail(slurp(dir_ + "/log/slurmd-" + name + ".out"), 2000));
     bool all_idle = true;
     states.clear();
     for (const auto& n : node_names()) {
@@ -399,7 +378,7 @@ Status SlurmCluster::restart_node(const std::string& name) {
 }
 
 std::string SlurmCluster::ctld_log_tail(size_t bytes) const {
-  return tail(read_text(dir_ + "/log/slurmctld.log"), bytes);
+  return tail(slurp(dir_ + "/log/slurmctld.log"), bytes);
 }
 
 }  // namespace shardguard::testing
