@@ -18,6 +18,7 @@
 
 #include "checkpoint/paths.h"
 #include "checkpoint/reader.h"
+#include "tests/support/same_checkpoint.h"
 #include "tests/support/temp_dir.h"
 
 extern char** environ;
@@ -25,6 +26,7 @@ extern char** environ;
 using namespace std::chrono_literals;
 using namespace shardguard;
 using shardguard::testing::TempDir;
+using shardguard::testing::require_same_checkpoint;
 
 namespace {
 
@@ -103,29 +105,7 @@ void require_identical(const std::string& expected_dir, const std::string& actua
   auto b = checkpoint::CheckpointReader::open(fs, join_path(actual_dir, name));
   if (!a.ok()) FAIL(a.error().message());
   if (!b.ok()) FAIL(b.error().message());
-  REQUIRE(a->tensor_names() == b->tensor_names());
-  REQUIRE_FALSE(a->tensor_names().empty());
-  for (const auto& t : a->tensor_names()) {
-    INFO("tensor " << t);
-    REQUIRE(a->tensor(t)->dtype == b->tensor(t)->dtype);
-    REQUIRE(a->tensor(t)->shape == b->tensor(t)->shape);
-    auto x = a->read_whole(t);
-    auto y = b->read_whole(t);
-    REQUIRE(x.ok());
-    REQUIRE(y.ok());
-    CHECK(*x == *y);
-  }
-  const auto& m = a->manifest();
-  REQUIRE(m.world_size == b->manifest().world_size);
-  CHECK(b->manifest().reason == checkpoint::SaveReason::kFinal);
-  for (uint32_t r = 0; r < m.world_size; ++r) {
-    CHECK(a->rank_state(r).rng == b->rank_state(r).rng);
-    CHECK(a->rank_state(r).data_position == b->rank_state(r).data_position);
-    CHECK(a->rank_state(r).user == b->rank_state(r).user);
-  }
-  CHECK(a->global().step == b->global().step);
-  CHECK(a->global().lr_schedule == b->global().lr_schedule);
-  CHECK(a->global().user == b->global().user);
+  require_same_checkpoint(*a, *b);
 }
 
 void kill_and_compare(const std::function<std::vector<std::string>(const std::string&)>& argv_for,

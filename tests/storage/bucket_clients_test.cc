@@ -24,6 +24,7 @@
 #include "checkpoint/paths.h"
 #include "checkpoint/reader.h"
 #include "tests/run/run_fixture.h"
+#include "tests/support/same_checkpoint.h"
 #include "tests/storage/s3_rig.h"
 #include "tests/support/temp_dir.h"
 
@@ -112,25 +113,7 @@ void require_identical(const std::string& dir, storage::Store& bucket, uint64_t 
   auto b = checkpoint::CheckpointReader::open(bucket, step);
   if (!a.ok()) FAIL(a.error().message());
   if (!b.ok()) FAIL(b.error().message());
-  REQUIRE(a->tensor_names() == b->tensor_names());
-  REQUIRE_FALSE(a->tensor_names().empty());
-  for (const auto& t : a->tensor_names()) {
-    INFO("tensor " << t);
-    auto x = a->read_whole(t);
-    auto y = b->read_whole(t);
-    REQUIRE(x.ok());
-    REQUIRE(y.ok());
-    CHECK(*x == *y);
-  }
-  const auto& m = a->manifest();
-  REQUIRE(m.world_size == b->manifest().world_size);
-  CHECK(b->manifest().reason == checkpoint::SaveReason::kFinal);
-  for (uint32_t r = 0; r < m.world_size; ++r) {
-    CHECK(a->rank_state(r).rng == b->rank_state(r).rng);
-    CHECK(a->rank_state(r).data_position == b->rank_state(r).data_position);
-    CHECK(a->rank_state(r).user == b->rank_state(r).user);
-  }
-  CHECK(a->global().user == b->global().user);
+  require_same_checkpoint(*a, *b);
 }
 
 // A clean run into a directory; the same run into the bucket, killed twice; compared.
