@@ -5,8 +5,8 @@
 //                                               parts in parallel within max_inflight); rank 0
 //                                               then commits the manifest (one conditional PUT)
 //   load  s3://.. STEP RANK WORLD               this rank's rows of every tensor read by
-//                                               ranged GETs into the rank's whole state, every
-//                                               block checked
+//                                               ranged GETs (one read_many) into the rank's
+//                                               whole state, every block checked
 //   clear s3://..                               every object under the prefix removed
 //
 // The connection is what a rank under `shardguard run` builds: SHARDGUARD_S3_* and AWS's own
@@ -39,7 +39,8 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(u.ru_maxrss) * 1024;
 }
 
-Result<std::unique_ptr<storage::Connection>> connect_bucket(const std::string& url) {
+Result<std::unique_ptr<storage::Connection>> connect_bucket(const std::string& url,
+                                                            storage::s3::S3Options* used = nullptr) {
   SG_ASSIGN_OR_RETURN(storage::Location location, storage::Location::parse(url));
   auto getenv = [](std::string_view name) -> std::optional<std::string> {
     const char* v = std::getenv(std::string(name).c_str());
@@ -48,6 +49,7 @@ Result<std::unique_ptr<storage::Connection>> connect_bucket(const std::string& u
   };
   storage::ConnectOptions o;
   SG_ASSIGN_OR_RETURN(o.s3, storage::s3::s3_options_from_env(getenv));
+  if (used != nullptr) *used = o.s3;
   o.getenv = getenv;
   return storage::connect(location, std::move(o));
 }
@@ -97,7 +99,8 @@ int bucket_save(const std::string& url, uint64_t step, uint32_t rank, uint32_t w
 }
 
 int bucket_load(const std::string& url, uint64_t step, uint32_t rank, uint32_t world) {
-  auto conn = connect_bucket(url);
+  storage::s3::S3Options s3;
+  auto conn = connect_bucket(url, &s3);
   if (!conn.ok()) return die(conn.error());
   storage::Store& store = (*conn)->store();
   // The rank's whole state exists and is touched before the clock starts, as a model's
@@ -115,14 +118,22 @@ int bucket_load(const std::string& url, uint64_t step, uint32_t rank, uint32_t w
   }
   wait_for_go();
   auto t0 = BenchClock::now();
-  auto reader = CheckpointReader::open(store, step);
+  // Requests shaped as a client's resume shapes them (hooks/client.cc open_resume).
+  ReaderOptions r;
+  r.request_bytes = storage::s3::read_request_bytes(s3);
+  r.io_threads = storage::s3::parallel_parts(s3);
+  auto reader = CheckpointReader::open(store, step, r);
   if (!reader.ok()) return die(reader.error());
+  // One read_many, as the Python client's load() does: the ranged GETs stay in flight
+  // across tensors.
   uint64_t bytes = 0;
+  std::vector<CheckpointReader::TensorRead> reads;
   for (size_t i = 0; i < names.size(); ++i) {
-    const Box box = rank_box(reader->tensor(names[i])->shape[0], rank, world);
-    if (auto st = reader->read(names[i], box, state[i]); !st.ok()) return die(st.error());
+    reads.push_back({names[i], rank_box(reader->tensor(names[i])->shape[0], rank, world),
+                     state[i]});
     bytes += state[i].size();
   }
+  if (auto st = reader->read_many(reads); !st.ok()) return die(st.error());
   auto t1 = BenchClock::now();
   std::printf(
       "{\"cmd\":\"load\",\"rank\":%u,\"bytes\":%llu,\"start_ns\":%lld,\"end_ns\":%lld,"

@@ -97,6 +97,58 @@ struct CheckpointReader::Impl {
       return Error(ErrorCode::kNotFound, dir + ": no tensor " + quoted(name));
     return &it->second;
   }
+
+  // Checks one read and adds its long runs to `requests` (tagged `tag`); copies its short
+  // runs from the mapping now.
+  Status gather(const TensorRead& r, size_t tag, std::vector<ReadRequest>& requests) const {
+    const std::string_view name = r.name;
+    const Box& box = r.box;
+    const std::span<std::byte> out = r.out;
+    SG_ASSIGN_OR_RETURN(const TensorRecord* t, find(name));
+    const std::string what = "tensor " + quoted(name);
+    if (auto st = check_box_in_shape(box, t->shape); !st.ok())
+      return std::move(st).error().context(what);
+    SG_ASSIGN_OR_RETURN(uint64_t need, checked_byte_size(box.sizes, t->dtype));
+    if (out.size() != need)
+      return Error(ErrorCode::kInvalid, what + ": box " + box.to_string() + " needs " +
+                                            std::to_string(need) + " bytes, buffer has " +
+                                            std::to_string(out.size()));
+    const uint32_t bits = bit_size(t->dtype);
+    const bool sub_byte = bits % 8 != 0;
+    if (sub_byte && (box != Box::whole(t->shape) || t->chunks.size() != 1))
+      return Error(ErrorCode::kUnsupported, what + ": " + std::string(dtype_name(t->dtype)) +
+                                                " tensors can only be read whole from one chunk");
+    for (const ChunkRecord& c : t->chunks) {
+      auto region = intersect(c.box, box);
+      if (!region || region->volume() == 0) continue;
+      auto shard = shards.get(c.file);
+      if (!shard.ok()) return std::move(shard).error().context(what);
+      const Shard& s = **shard;
+      const TensorEntry& e = *s.by_key.at(c.key);
+      const uint64_t base = s.header.file_offset(e);
+      Status copied;
+      if (sub_byte) {
+        if (e.byte_size() >= options.min_pread_bytes) {
+          requests.push_back({&s, base, out.data(), e.byte_size(), tag});
+        } else {
+          copied = shards.check_mapped(s, base, e.byte_size());
+          if (copied.ok()) std::memcpy(out.data(), *shards.mapped(s) + base, e.byte_size());
+        }
+      } else {
+        size_t inner = 0;
+        const uint64_t run = run_bytes_of(c.box, box, *region, bits / 8, &inner);
+        if (run >= options.min_pread_bytes) {
+          for_each_run(c.box, box, *region, inner, bits / 8, [&](uint64_t src, uint64_t dst) {
+            requests.push_back({&s, base + src, out.data() + dst, run, tag});
+          });
+        } else {
+          copied = shards.copy_region_checked(s, base, c.box, out.data(), box, *region, bits / 8);
+        }
+      }
+      if (!copied.ok()) return std::move(copied).error().context(what);
+    }
+    return {};
+  }
 };
 
 CheckpointReader::CheckpointReader(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -130,8 +182,8 @@ Result<CheckpointReader> CheckpointReader::open(Filesystem& fs, const std::strin
   return from_manifest(fs, std::move(dir), std::move(hf).value(), options);
 }
 
-CheckpointReader CheckpointReader::from_manifest(Filesystem& fs, std::string dir,
-                                                 Manifest manifest, const ReaderOptions& options) {
+CheckpointReader CheckpointReader::from_manifest(Filesystem& fs, std::string dir, Manifest manifest,
+                                                 const ReaderOptions& options) {
   auto store = std::make_shared<storage::DirectoryStore>(fs, dir);
   storage::Store& s = *store;
   return CheckpointReader(std::make_unique<Impl>(std::move(store), s, "", std::move(dir),
@@ -147,8 +199,7 @@ CheckpointReader CheckpointReader::from_manifest(storage::Store& store, uint64_t
 
 Result<CheckpointReader> CheckpointReader::open(std::shared_ptr<storage::Store> store,
                                                 uint64_t step, const ReaderOptions& options) {
-  if (auto* dir = store->as_directory())
-    return open(dir->fs(), dir->path(step_key(step)), options);
+  if (auto* dir = store->as_directory()) return open(dir->fs(), dir->path(step_key(step)), options);
   const std::string key = manifest_key(step);
   SG_ASSIGN_OR_RETURN(std::string text, store->read(key));
   SG_ASSIGN_OR_RETURN(Manifest manifest, parse_manifest(text, store->describe(key)));
@@ -166,22 +217,22 @@ Result<CheckpointReader> CheckpointReader::open_path_or_url(Filesystem& fs, cons
   const auto slash = url.rfind('/');
   const auto step = parse_step_dir_name(url.substr(slash + 1));
   if (slash == std::string::npos || !step)
-    return Error(ErrorCode::kInvalid, "'" + path + "' is not a step of a bucket "
-                                               "(s3://BUCKET/PREFIX/step-NNNNNNNNN[/manifest.json])");
+    return Error(ErrorCode::kInvalid, "'" + path +
+                                          "' is not a step of a bucket "
+                                          "(s3://BUCKET/PREFIX/step-NNNNNNNNN[/manifest.json])");
   SG_ASSIGN_OR_RETURN(storage::Location loc, storage::Location::parse(url.substr(0, slash)));
   storage::ConnectOptions c;
   SG_ASSIGN_OR_RETURN(c.s3, storage::s3::s3_options_from_env([](std::string_view name) {
-    const char* v = ::getenv(std::string(name).c_str());
-    return v ? std::optional<std::string>(v) : std::nullopt;
-  }));
+                        const char* v = ::getenv(std::string(name).c_str());
+                        return v ? std::optional<std::string>(v) : std::nullopt;
+                      }));
   SG_ASSIGN_OR_RETURN(auto conn, storage::connect(loc, std::move(c)));
   return open(storage::shared_store(std::move(conn)), *step, options);
 }
 
 Result<CheckpointReader> CheckpointReader::open(storage::Store& store, uint64_t step,
                                                 const ReaderOptions& options) {
-  if (auto* dir = store.as_directory())
-    return open(dir->fs(), dir->path(step_key(step)), options);
+  if (auto* dir = store.as_directory()) return open(dir->fs(), dir->path(step_key(step)), options);
   const std::string key = manifest_key(step);
   SG_ASSIGN_OR_RETURN(std::string text, store.read(key));
   SG_ASSIGN_OR_RETURN(Manifest manifest, parse_manifest(text, store.describe(key)));
@@ -205,58 +256,26 @@ const TensorRecord* CheckpointReader::tensor(std::string_view name) const {
 
 Status CheckpointReader::read(std::string_view name, const Box& box,
                               std::span<std::byte> out) const {
-  SG_ASSIGN_OR_RETURN(const TensorRecord* t, impl_->find(name));
-  const std::string what = "tensor " + quoted(name);
-  if (auto st = check_box_in_shape(box, t->shape); !st.ok())
-    return std::move(st).error().context(what);
-  SG_ASSIGN_OR_RETURN(uint64_t need, checked_byte_size(box.sizes, t->dtype));
-  if (out.size() != need)
-    return Error(ErrorCode::kInvalid, what + ": box " + box.to_string() + " needs " +
-                                          std::to_string(need) + " bytes, buffer has " +
-                                          std::to_string(out.size()));
-  const uint32_t bits = bit_size(t->dtype);
-  const bool sub_byte = bits % 8 != 0;
-  if (sub_byte && (box != Box::whole(t->shape) || t->chunks.size() != 1))
-    return Error(ErrorCode::kUnsupported, what + ": " + std::string(dtype_name(t->dtype)) +
-                                              " tensors can only be read whole from one chunk");
+  const TensorRead one{name, box, out};
+  return read_many({&one, 1});
+}
+
+Status CheckpointReader::read_many(std::span<const TensorRead> reads) const {
   // Long runs are gathered and read together at the end, so that the reads of all chunks
-  // (often in different files) run in parallel; short runs are copied from the mapping now.
-  // Shards stay in the cache as long as the reader lives, so plain pointers to them do.
+  // (often in different files, of different tensors) run in parallel; short runs are copied
+  // from the mapping now. Shards stay in the cache as long as the reader lives, so plain
+  // pointers to them do.
   std::vector<ReadRequest> requests;
-  for (const ChunkRecord& c : t->chunks) {
-    auto region = intersect(c.box, box);
-    if (!region || region->volume() == 0) continue;
-    auto shard = impl_->shards.get(c.file);
-    if (!shard.ok()) return std::move(shard).error().context(what);
-    const Shard& s = **shard;
-    const TensorEntry& e = *s.by_key.at(c.key);
-    const uint64_t base = s.header.file_offset(e);
-    Status copied;
-    if (sub_byte) {
-      if (e.byte_size() >= impl_->options.min_pread_bytes) {
-        requests.push_back({&s, base, out.data(), e.byte_size()});
-      } else {
-        copied = impl_->shards.check_mapped(s, base, e.byte_size());
-        if (copied.ok()) std::memcpy(out.data(), *impl_->shards.mapped(s) + base, e.byte_size());
-      }
-    } else {
-      size_t inner = 0;
-      const uint64_t run = run_bytes_of(c.box, box, *region, bits / 8, &inner);
-      if (run >= impl_->options.min_pread_bytes) {
-        for_each_run(c.box, box, *region, inner, bits / 8, [&](uint64_t src, uint64_t dst) {
-          requests.push_back({&s, base + src, out.data() + dst, run});
-        });
-      } else {
-        copied =
-            impl_->shards.copy_region_checked(s, base, c.box, out.data(), box, *region, bits / 8);
-      }
-    }
-    if (!copied.ok()) return std::move(copied).error().context(what);
+  const auto& on_read = impl_->options.on_read;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const size_t before = requests.size();
+    SG_RETURN_IF_ERROR(impl_->gather(reads[i], i, requests));
+    if (on_read && requests.size() == before) on_read(reads[i].out.size());  // copied already
   }
-  if (auto st = impl_->shards.execute_all(requests); !st.ok())
-    return std::move(st).error().context(what);
-  if (impl_->options.on_read) impl_->options.on_read(out.size());
-  return {};
+  std::function<void(size_t)> done;
+  if (on_read) done = [&](size_t i) { on_read(reads[i].out.size()); };
+  return impl_->shards.execute_all(
+      requests, [&](size_t i) { return "tensor " + quoted(reads[i].name); }, done);
 }
 
 Result<std::vector<std::byte>> CheckpointReader::read_whole(std::string_view name) const {

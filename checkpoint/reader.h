@@ -66,7 +66,8 @@ struct ReaderOptions {
   // Also hash every file whole (XXH3-128) before its first use, as format-1 files always
   // are (the job config's resume_verify = "checksum"). Block checks happen regardless.
   bool verify_whole_files = false;
-  // Told the bytes of each read() once it returned them (a long resume's progress).
+  // Told the bytes of each tensor read once they are in its `out` (a long resume's
+  // progress); read_many() may call it from its reading threads.
   std::function<void(uint64_t bytes)> on_read{};
 };
 
@@ -112,6 +113,16 @@ class CheckpointReader {
   // `out` size, kCorrupt (naming file and tensor) for a shard that disagrees with the
   // manifest. Sub-byte dtypes (F4, F6_*) can only be read whole.
   Status read(std::string_view name, const Box& box, std::span<std::byte> out) const;
+  // One read() each, with the long runs of all of them read together: a cold load from a
+  // bucket keeps io_threads ranged GETs in flight across tensors instead of waiting for the
+  // slowest request of each tensor before the next one starts. Stops at the first error,
+  // naming the tensor; `out`s of reads before it may be filled or not.
+  struct TensorRead {
+    std::string_view name;
+    Box box;
+    std::span<std::byte> out;
+  };
+  Status read_many(std::span<const TensorRead> reads) const;
   // The whole tensor.
   Result<std::vector<std::byte>> read_whole(std::string_view name) const;
 

@@ -444,7 +444,9 @@ Status ShardSet::read_direct(const ReadRequest& r, bool checked,
   return {};
 }
 
-Status ShardSet::execute_all(const std::vector<ReadRequest>& requests) const {
+Status ShardSet::execute_all(const std::vector<ReadRequest>& requests,
+                             const std::function<std::string(size_t tag)>& what_of,
+                             const std::function<void(size_t tag)>& done) const {
   std::vector<ReadRequest> pieces;
   uint64_t total = 0;
   for (const ReadRequest& r : requests) {
@@ -452,7 +454,7 @@ Status ShardSet::execute_all(const std::vector<ReadRequest>& requests) const {
     const uint64_t step = piece_bytes(*r.shard);
     for (uint64_t at = r.file_offset, end = r.file_offset + r.len; at < end;) {
       const uint64_t next = std::min(end, (at / step + 1) * step);
-      pieces.push_back({r.shard, at, r.dst + (at - r.file_offset), next - at});
+      pieces.push_back({r.shard, at, r.dst + (at - r.file_offset), next - at, r.tag});
       at = next;
     }
   }
@@ -460,8 +462,18 @@ Status ShardSet::execute_all(const std::vector<ReadRequest>& requests) const {
   const int threads =
       static_cast<int>(std::clamp<uint64_t>(total / kBytesPerThread, 1, max_threads));
   std::vector<std::unique_ptr<DirectIoBuffer>> buffers(static_cast<size_t>(threads));
-  Status st = parallel_for(pieces.size(), threads, [&](size_t i, size_t worker) {
-    return execute(pieces[i], buffers[worker]);
+  // Pieces left of each tag, for done().
+  size_t tags = 0;
+  for (const ReadRequest& p : pieces) tags = std::max(tags, p.tag + 1);
+  std::vector<std::atomic<size_t>> left(done ? tags : 0);
+  if (done)
+    for (const ReadRequest& p : pieces) left[p.tag].fetch_add(1, std::memory_order_relaxed);
+  Status st = parallel_for(pieces.size(), threads, [&](size_t i, size_t worker) -> Status {
+    Status one = execute(pieces[i], buffers[worker]);
+    if (!one.ok()) return std::move(one).error().context(what_of(pieces[i].tag));
+    if (done && left[pieces[i].tag].fetch_sub(1, std::memory_order_acq_rel) == 1)
+      done(pieces[i].tag);
+    return one;
   });
   for (auto& b : buffers)
     if (b) give_direct_buffer(std::move(b));

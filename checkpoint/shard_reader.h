@@ -17,6 +17,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,7 @@ struct ReadRequest {
   uint64_t file_offset;
   std::byte* dst;
   size_t len;
+  size_t tag = 0;  // the caller's: which of its reads this request serves
 };
 
 class ShardSet {
@@ -89,8 +91,12 @@ class ShardSet {
   Status copy_region_checked(const Shard& s, uint64_t base, const Box& src_box, std::byte* dst,
                              const Box& dst_box, const Box& region, size_t element_bytes) const;
   // Reads every request (cut into pieces of about request_bytes) on up to io_threads
-  // threads, checking the blocks they touch.
-  Status execute_all(const std::vector<ReadRequest>& requests) const;
+  // threads, checking the blocks they touch. A failed request's error gets the context
+  // what_of(its tag) ("tensor 'w'"); done(tag), when given, is called (from any of the
+  // threads) once every request of that tag has been read.
+  Status execute_all(const std::vector<ReadRequest>& requests,
+                     const std::function<std::string(size_t tag)>& what_of,
+                     const std::function<void(size_t tag)>& done = {}) const;
 
   // The first checksum failure seen, if any.
   std::optional<ChecksumFailure> failure() const;

@@ -32,6 +32,22 @@ const checkpoint::RankState* rank_state(const sg_reader* r, uint32_t rank) {
   return r != nullptr ? &r->reader.rank_state(rank) : nullptr;
 }
 
+// The box a spec names, checked against the tensor; `where` names the call.
+Result<Box> box_of(const CheckpointReader& reader, const char* name, size_t ndim,
+                   const uint64_t* offsets, const uint64_t* sizes, const char* where) {
+  const auto* t = reader.tensor(name);
+  if (t == nullptr)
+    return Error(ErrorCode::kNotFound, std::string("no tensor '") + name + "' in the checkpoint");
+  if (offsets == nullptr && sizes == nullptr) return Box::whole(t->shape);
+  if (offsets == nullptr || sizes == nullptr)
+    return Error(ErrorCode::kInvalid,
+                 std::string(where) + ": give both offsets and sizes, or neither");
+  Box box;
+  box.offsets.assign(offsets, offsets + ndim);
+  box.sizes.assign(sizes, sizes + ndim);
+  return box;
+}
+
 }  // namespace
 
 extern "C" {
@@ -88,20 +104,30 @@ sg_status sg_reader_read(const sg_reader* r, const char* name, size_t ndim, cons
   return boundary("sg_reader_read", [&]() -> sg_status {
     if (r == nullptr || name == nullptr || (out == nullptr && out_size != 0))
       return fail(ErrorCode::kInvalid, "sg_reader_read: NULL argument");
-    const auto* t = r->reader.tensor(name);
-    if (t == nullptr)
-      return fail(ErrorCode::kNotFound, std::string("no tensor '") + name + "' in the checkpoint");
-    Box box;
-    if (offsets == nullptr && sizes == nullptr) {
-      box = Box::whole(t->shape);
-    } else if (offsets == nullptr || sizes == nullptr) {
-      return fail(ErrorCode::kInvalid, "sg_reader_read: give both offsets and sizes, or neither");
-    } else {
-      box.offsets.assign(offsets, offsets + ndim);
-      box.sizes.assign(sizes, sizes + ndim);
-    }
+    auto box = box_of(r->reader, name, ndim, offsets, sizes, "sg_reader_read");
+    if (!box.ok()) return fail(box.error());
     auto* bytes = static_cast<std::byte*>(out);
-    return from_status(r->reader.read(name, box, std::span<std::byte>(bytes, out_size)));
+    return from_status(r->reader.read(name, *box, std::span<std::byte>(bytes, out_size)));
+  });
+}
+
+sg_status sg_reader_read_many(const sg_reader* r, const sg_read_spec* reads, size_t count) {
+  return boundary("sg_reader_read_many", [&]() -> sg_status {
+    if (r == nullptr || (reads == nullptr && count != 0))
+      return fail(ErrorCode::kInvalid, "sg_reader_read_many: NULL argument");
+    std::vector<CheckpointReader::TensorRead> many;
+    many.reserve(count);
+    for (size_t i = 0; i < count; ++i) {
+      const sg_read_spec& s = reads[i];
+      if (s.name == nullptr || (s.out == nullptr && s.out_size != 0))
+        return fail(ErrorCode::kInvalid,
+                    "sg_reader_read_many: NULL name or out in spec " + std::to_string(i));
+      auto box = box_of(r->reader, s.name, s.ndim, s.offsets, s.sizes, "sg_reader_read_many");
+      if (!box.ok()) return fail(box.error());
+      many.push_back({s.name, std::move(box).value(),
+                      std::span<std::byte>(static_cast<std::byte*>(s.out), s.out_size)});
+    }
+    return from_status(r->reader.read_many(many));
   });
 }
 

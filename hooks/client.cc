@@ -496,11 +496,9 @@ Result<checkpoint::CheckpointReader> Client::open_resume() const {
     return reader;
   }
   SG_ASSIGN_OR_RETURN(uint64_t step, impl_->step_of(*manifest));
-  if (const auto* s3 = &impl_->opt.s3; s3->part_size > 0) {
-    // A bucket's reads are ranged GETs of about a part each, as many at once as the budget.
-    r.request_bytes = std::min<uint64_t>(s3->part_size, 16ull << 20);
-    r.io_threads = storage::s3::parallel_parts(*s3);
-  }
+  // A bucket's reads are ranged GETs of about a part each, as many at once as the budget.
+  r.request_bytes = storage::s3::read_request_bytes(impl_->opt.s3);
+  r.io_threads = storage::s3::parallel_parts(impl_->opt.s3);
   auto reader = checkpoint::CheckpointReader::open(*impl_->store, step, r);
   if (reader.ok()) begin(*reader);
   return reader;

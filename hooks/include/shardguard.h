@@ -158,6 +158,21 @@ SG_API sg_status sg_reader_tensor_info(const sg_reader* reader, const char* name
 SG_API sg_status sg_reader_read(const sg_reader* reader, const char* name, size_t ndim,
                                 const uint64_t* offsets, const uint64_t* sizes, void* out,
                                 size_t out_size);
+/* One box of one tensor, as sg_reader_read takes it. */
+typedef struct sg_read_spec {
+  const char* name;
+  size_t ndim;
+  const uint64_t* offsets; /* offsets == sizes == NULL: the whole tensor */
+  const uint64_t* sizes;
+  void* out;
+  size_t out_size;
+} sg_read_spec;
+/* sg_reader_read of each of the `count` specs, their bytes read together: from a bucket,
+ * the reader's ranged GETs stay in flight across tensors instead of finishing each tensor
+ * before the next starts. Stops at the first failure, naming the tensor; outs of the other
+ * specs may then be filled or not. */
+SG_API sg_status sg_reader_read_many(const sg_reader* reader, const sg_read_spec* reads,
+                                     size_t count);
 /* Rank `rank`'s saved state: opaque RNG bytes, and JSON text of the data loader position
  * and the user state ("null" when unset; empty state for a rank beyond the world size).
  * Valid while the reader lives. */

@@ -99,6 +99,11 @@ int parallel_parts(const S3Options& options) {
   return static_cast<int>(std::clamp<uint64_t>(n, 1, 64));
 }
 
+uint64_t read_request_bytes(const S3Options& options) {
+  constexpr uint64_t kMax = 16ull << 20;
+  return options.part_size == 0 ? kMax : std::min(options.part_size, kMax);
+}
+
 Result<S3Options> resolve_s3_options(
     S3Options o, const std::function<std::optional<std::string>(std::string_view)>& getenv,
     const std::optional<std::string>& profile_region, std::string_view where) {

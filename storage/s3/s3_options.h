@@ -78,6 +78,9 @@ bool use_path_style(const S3Options& options, const Endpoint& endpoint, std::str
 
 // Parallel transfers of one rank: max_inflight / part_size, at least 1, at most 64.
 int parallel_parts(const S3Options& options);
+// Bytes of one ranged GET when a rank reads a checkpoint back: about a part (at most
+// 16 MiB), parallel_parts() of them at once, so a load keeps max_inflight in flight.
+uint64_t read_request_bytes(const S3Options& options);
 
 // The variables a rank gets from its supervisor (SHARDGUARD_S3_*), and back: those set
 // replace `base`'s values.

@@ -13,6 +13,8 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <set>
 
 #include "checkpoint/commit.h"
 #include "checkpoint/reader.h"
@@ -279,6 +281,88 @@ TEST_CASE("Injected read faults fail reads naming the tensor and file, then clea
     CHECK(read_shifted(*reader, a, Box::whole(a.shape), 0) ==
           extract_naive(a.global, Box::whole(a.shape), Box::whole(a.shape), 4));
   }
+}
+
+TEST_CASE("read_many reads several tensors together: the same bytes, progress per tensor",
+          "[reader][pread]") {
+  Rng rng(11);
+  shardguard::testing::TempDir dir;
+  const auto tensors = odd_tensors(rng);
+  const std::string step_dir = dir / "step-000000002";
+  testing::write_synthetic_checkpoint(step_dir, 2, 2, tensors);
+  std::mutex mu;
+  std::multiset<uint64_t> told;
+  ReaderOptions options{.io_threads = 3, .request_bytes = 8192, .min_pread_bytes = 1};
+  options.on_read = [&](uint64_t n) {
+    std::lock_guard lock(mu);  // read_many tells from its reading threads
+    told.insert(n);
+  };
+  evict(step_dir);
+  auto reader = CheckpointReader::open(fs(), step_dir, options);
+  REQUIRE(reader.ok());
+  // Whole tensors, a box across both chunks, and an empty box, at odd alignments.
+  std::vector<Box> boxes = {Box::whole(tensors[0].shape), rows(tensors[1], 5, 20),
+                            rows(tensors[2], 2, 2), Box::whole(tensors[2].shape)};
+  std::vector<const SyntheticTensor*> of = {&tensors[0], &tensors[1], &tensors[2], &tensors[2]};
+  std::vector<ShiftedBuffer> bufs;
+  std::vector<CheckpointReader::TensorRead> reads;
+  for (size_t i = 0; i < boxes.size(); ++i)
+    bufs.emplace_back(boxes[i].volume() * testing::element_bytes(of[i]->dtype), 1 + 17 * i);
+  std::multiset<uint64_t> sizes;
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    reads.push_back({of[i]->name, boxes[i], bufs[i].span()});
+    sizes.insert(bufs[i].span().size());
+  }
+  auto st = reader->read_many(reads);
+  INFO((st.ok() ? std::string("ok") : st.error().message()));
+  REQUIRE(st.ok());
+  for (size_t i = 0; i < boxes.size(); ++i) {
+    const SyntheticTensor& t = *of[i];
+    CHECK(bufs[i].bytes() == extract_naive(t.global, Box::whole(t.shape), boxes[i],
+                                           testing::element_bytes(t.dtype)));
+    CHECK(bufs[i].guard() == std::byte{0xA5});
+  }
+  CHECK(told == sizes);
+  CHECK(reader->read_many({}).ok());
+
+  SECTION("a box that does not fit its buffer fails before any read, naming its tensor") {
+    reads[1].out = reads[1].out.first(reads[1].out.size() - 1);
+    auto bad = reader->read_many(reads);
+    REQUIRE_FALSE(bad.ok());
+    CHECK(bad.error().code() == ErrorCode::kInvalid);
+    CHECK_THAT(bad.error().message(), Catch::Contains("tensor 'b'"));
+  }
+}
+
+TEST_CASE("read_many names the tensor whose bytes fail their checksum", "[reader][pread]") {
+  Rng rng(13);
+  shardguard::testing::TempDir dir;
+  // "a" lives whole in shard 0; rows [1, 64) of "z" live in shard 1 only.
+  std::vector<SyntheticTensor> ts;
+  ts.push_back(make_tensor("a", DType::kF32, {64, 512}, {Box{{0, 0}, {64, 512}}}, rng));
+  ts.push_back(make_tensor("z", DType::kF32, {64, 512},
+                           {Box{{0, 0}, {1, 512}}, Box{{1, 0}, {63, 512}}}, rng));
+  const std::string step_dir = dir / "step-000000003";
+  testing::write_synthetic_checkpoint(step_dir, 3, 2, ts);
+  const std::string shard1 = step_dir + "/" + shard_file_name(1, 2);
+  Bytes file = testing::read_bytes(shard1);
+  file.back() ^= std::byte{1};  // z's last byte
+  testing::write_bytes(shard1, file);
+  const bool z_first = GENERATE(false, true);
+  auto reader = CheckpointReader::open(
+      fs(), step_dir, {.io_threads = 2, .request_bytes = 8192, .min_pread_bytes = 1});
+  REQUIRE(reader.ok());
+  std::vector<std::byte> a(64 * 512 * 4), z(63 * 512 * 4);
+  std::vector<CheckpointReader::TensorRead> reads = {{"a", Box::whole(ts[0].shape), a},
+                                                      {"z", rows(ts[1], 1, 64), z}};
+  if (z_first) std::swap(reads[0], reads[1]);
+  auto st = reader->read_many(reads);
+  REQUIRE_FALSE(st.ok());
+  CHECK(st.error().code() == ErrorCode::kCorrupt);
+  CHECK_THAT(st.error().message(), Catch::Contains("tensor 'z'") &&
+                                       !Catch::Contains("tensor 'a'") &&
+                                       Catch::Contains("fails its checksum"));
+  CHECK(reader->read("a", Box::whole(ts[0].shape), a).ok());
 }
 
 TEST_CASE("File checksums read uncached files with O_DIRECT and match the mapping's",

@@ -120,6 +120,31 @@ int main(void) {
     CHECK(mid[0] == -1 && mid[1] == 0);
     CHECK(sg_reader_read(reader, "bf", 0, NULL, NULL, bfb, sizeof bfb) == SG_OK);
     CHECK(memcmp(bfb, bf16, sizeof bf16) == 0);
+    /* Several tensors at once: the same bytes; a bad spec fails naming its tensor. */
+    {
+      float wm[6];
+      int64_t midm[2];
+      uint16_t bfm[3];
+      sg_read_spec many[3] = {{"w", 0, NULL, NULL, NULL, sizeof wm},
+                              {"ids", 1, NULL, NULL, NULL, sizeof midm},
+                              {"bf", 0, NULL, NULL, NULL, sizeof bfm}};
+      many[0].out = wm;
+      many[1].offsets = off1;
+      many[1].sizes = two;
+      many[1].out = midm;
+      many[2].out = bfm;
+      CHECK(sg_reader_read_many(reader, many, 3) == SG_OK);
+      CHECK(memcmp(wm, w, sizeof w) == 0 && midm[0] == -1 && midm[1] == 0 &&
+            memcmp(bfm, bf16, sizeof bf16) == 0);
+      CHECK(sg_reader_read_many(reader, many, 0) == SG_OK);
+      many[1].out_size = 4;
+      CHECK(sg_reader_read_many(reader, many, 3) == SG_ERR_INVALID);
+      CHECK(strstr(sg_last_error(), "'ids'") != NULL);
+      many[1].out_size = sizeof midm;
+      many[2].name = "nope";
+      CHECK(sg_reader_read_many(reader, many, 3) == SG_ERR_NOT_FOUND);
+      CHECK(strstr(sg_last_error(), "nope") != NULL);
+    }
     CHECK(sg_reader_rank_rng(reader, 0, &data, &size) == SG_OK);
     CHECK(size == sizeof rng && memcmp(data, rng, size) == 0);
     CHECK(strcmp(sg_reader_rank_data_position(reader, 0), "{\"epoch\":1}") == 0);

@@ -74,14 +74,19 @@ static int resume(sg_client* c, uint64_t* start) {
   const void* bytes = NULL;
   size_t size = 0;
   unsigned long long pos = 0;
+  sg_read_spec state[4] = {{"w", 0, NULL, NULL, NULL, sizeof w},
+                           {"m", 0, NULL, NULL, NULL, sizeof m},
+                           {"counts", 0, NULL, NULL, NULL, sizeof counts},
+                           {"flags", 0, NULL, NULL, NULL, sizeof flags}};
   sg_status st = sg_client_open_resume(c, &r);
   *start = 0;
   if (st == SG_ERR_NOT_FOUND) return 0;
   if (st != SG_OK) return fail("open resume");
-  if (sg_reader_read(r, "w", 0, NULL, NULL, w, sizeof w) != SG_OK ||
-      sg_reader_read(r, "m", 0, NULL, NULL, m, sizeof m) != SG_OK ||
-      sg_reader_read(r, "counts", 0, NULL, NULL, counts, sizeof counts) != SG_OK ||
-      sg_reader_read(r, "flags", 0, NULL, NULL, flags, sizeof flags) != SG_OK ||
+  state[0].out = w;
+  state[1].out = m;
+  state[2].out = counts;
+  state[3].out = flags;
+  if (sg_reader_read_many(r, state, 4) != SG_OK ||
       sg_reader_rank_rng(r, 0, &bytes, &size) != SG_OK || size != sizeof rng ||
       sscanf(sg_reader_rank_data_position(r, 0), "{\"index\":%llu}", &pos) != 1) {
     sg_reader_free(r);

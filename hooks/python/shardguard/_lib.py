@@ -72,6 +72,13 @@ _u64, _u32, _i64, _int, _size = _c.c_uint64, _c.c_uint32, _c.c_int64, _c.c_int, 
 _vp, _cp = _c.c_void_p, _c.c_char_p
 _pu64 = _c.POINTER(_u64)
 
+
+class ReadSpec(_c.Structure):
+    """sg_read_spec: one box of one tensor for sg_reader_read_many."""
+    _fields_ = [("name", _cp), ("ndim", _c.c_size_t), ("offsets", _pu64), ("sizes", _pu64),
+                ("out", _vp), ("out_size", _c.c_size_t)]
+
+
 # name: (restype, argtypes). Handles are opaque void pointers.
 _PROTOTYPES = {
     "sg_api_version": (_int, []),
@@ -108,6 +115,7 @@ _PROTOTYPES = {
     "sg_reader_tensor_info": (_int, [_vp, _cp, _c.POINTER(_cp), _c.POINTER(_size),
                                      _c.POINTER(_pu64)]),
     "sg_reader_read": (_int, [_vp, _cp, _size, _pu64, _pu64, _vp, _size]),
+    "sg_reader_read_many": (_int, [_vp, _c.POINTER(ReadSpec), _size]),
     "sg_reader_rank_rng": (_int, [_vp, _u32, _c.POINTER(_vp), _c.POINTER(_size)]),
     "sg_reader_rank_data_position": (_cp, [_vp, _u32]),
     "sg_reader_rank_user": (_cp, [_vp, _u32]),

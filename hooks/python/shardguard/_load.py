@@ -8,13 +8,15 @@ ShardedTensor where one was saved has that leaf's own box read into it in place.
 come back as torch tensors where torch tensors were saved (numpy where numpy was). The
 rank's own state is its saved rank_state, or {} for a rank that did not exist when the
 checkpoint was written. Checkpoints written without trees (by the C++ or C clients, or an
-older package) come back as {tensor name: array}. Pure reads; one thread.
+older package) come back as {tensor name: array}. Pure reads; one thread. The tensors' bytes
+are read in batches (Reader.read_into), so that a load from a bucket keeps its requests in
+flight across tensors.
 """
 
 import collections
 import sys
 
-from . import _plan, _tree
+from . import _dtypes, _plan, _tree
 
 MARK = "__shardguard_py__"
 
@@ -63,10 +65,20 @@ def _fill_in_place(dst, src):
         dst[...] = src.numpy() if _tree.is_torch_tensor(src) else src
 
 
+# Bytes of temporary arrays (boxes copied into a template afterwards) one batch of reads
+# may hold: the reads of a batch run together, and their copies wait for the batch.
+_BATCH_TEMP_BYTES = 256 << 20
+
+
 class _Fetcher:
+    """Gives each tensor leaf its array at once (allocated, not yet read) and reads them in
+    batches (Reader.read_into), so that a bucket's ranged GETs stay in flight across
+    tensors; flush() reads what is pending and copies boxes into the template's tensors."""
+
     def __init__(self, reader, boxes, as_torch, template):
         self.reader, self.boxes, self.as_torch = reader, boxes, as_torch
         self.template = template
+        self.pending, self.copies, self.temp_bytes = [], [], 0
 
     def __call__(self, ref, path):
         name = ref["$tensor"]
@@ -76,12 +88,11 @@ class _Fetcher:
         if target is not None and _tree.is_sharded_tensor(target):
             for shard in target.local_shards():
                 box = (tuple(shard.metadata.shard_offsets), tuple(shard.metadata.shard_sizes))
-                _fill_in_place(shard.tensor, self.read(name, box, to_torch))
+                self.read_then_copy(name, box, to_torch, shard.tensor)
             return target
         if target is not None and _tree.is_chunk(target):
             sizes = tuple(target.value.shape)
-            _fill_in_place(target.value, self.read(name, (tuple(target.offsets), sizes),
-                                                   to_torch))
+            self.read_then_copy(name, (tuple(target.offsets), sizes), to_torch, target.value)
             return target.value
         dtype, shape = self.reader.info(name)
         return self.read(name, self.box_for(TensorInfo(name, path, shape, dtype, layout)),
@@ -95,8 +106,25 @@ class _Fetcher:
         return self.boxes.get(info.name)
 
     def read(self, name, box, to_torch):
+        """The box's array (a torch view of it with to_torch), filled at the next flush."""
         offsets, sizes = box if box is not None else (None, None)
-        return self.reader.read(name, offsets, sizes, as_torch=to_torch)
+        offsets, sizes, out, dtype = self.reader.empty_box(name, offsets, sizes)
+        self.pending.append((name, offsets, sizes, out))
+        return _dtypes.as_torch(out, dtype) if to_torch else out
+
+    def read_then_copy(self, name, box, to_torch, dst):
+        src = self.read(name, box, to_torch)
+        self.copies.append((dst, src))
+        self.temp_bytes += self.pending[-1][3].nbytes
+        if self.temp_bytes >= _BATCH_TEMP_BYTES:
+            self.flush()
+
+    def flush(self):
+        pending, copies = self.pending, self.copies
+        self.pending, self.copies, self.temp_bytes = [], [], 0
+        self.reader.read_into(pending)
+        for dst, src in copies:
+            _fill_in_place(dst, src)
 
 
 Loaded = collections.namedtuple("Loaded", ["state", "rank_state", "rank_state_saved"])
@@ -105,6 +133,12 @@ Loaded = collections.namedtuple("Loaded", ["state", "rank_state", "rank_state_sa
 def read_state(reader, rank, boxes=None, as_torch=None, template=None):
     """Loaded(state, rank_state, rank_state_saved) of `rank` from an open Reader."""
     fetch = _Fetcher(reader, boxes, as_torch, template)
+    loaded = _read_state(reader, rank, fetch)
+    fetch.flush()  # every leaf's array filled before the state is handed out
+    return loaded
+
+
+def _read_state(reader, rank, fetch):
     tree = reader.global_tree()
     own = rank < reader.world_size
     _, _, user = reader.rank_state(rank) if own else (None, None, None)

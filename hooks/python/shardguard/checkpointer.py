@@ -65,9 +65,9 @@ class _ResumeReader(Reader):
         super().__init__(handle)
         self.on_corrupt = on_corrupt
 
-    def read(self, *args, **kwargs):
+    def read_into(self, *args, **kwargs):
         try:
-            return super().read(*args, **kwargs)
+            return super().read_into(*args, **kwargs)
         except ShardguardError as e:
             if e.status == "CORRUPT" and self.on_corrupt is not None:
                 self.on_corrupt(self, e)

@@ -10,7 +10,7 @@ import json
 import numpy as np
 
 from . import _dtypes
-from ._lib import check, lib, text, u64_array
+from ._lib import ReadSpec, check, lib, text, u64_array
 
 
 class Reader:
@@ -67,15 +67,47 @@ class Reader:
     def read(self, name, offsets=None, sizes=None, as_torch=False):
         """The box (offsets, sizes) of tensor `name` (the whole tensor by default) as a numpy
         array (BF16 and F8 as raw unsigned words), or a torch tensor with as_torch."""
+        return self.read_many([(name, offsets, sizes)], as_torch)[0]
+
+    def read_many(self, reads, as_torch=False):
+        """read() of each (name, offsets, sizes) in `reads` (offsets and sizes None: the
+        whole tensor), their bytes read together: from a bucket, ranged GETs stay in flight
+        across tensors instead of finishing one tensor before the next starts."""
+        planned = [self.empty_box(name, offsets, sizes) for name, offsets, sizes in reads]
+        self.read_into([(name, offsets, sizes, out)
+                        for (name, _, _), (offsets, sizes, out, _) in zip(reads, planned)])
+        return [_dtypes.as_torch(out, dtype) if as_torch else out
+                for _, _, out, dtype in planned]
+
+    def empty_box(self, name, offsets=None, sizes=None):
+        """(offsets, sizes, out, dtype): the box made explicit and an uninitialised numpy
+        array that holds it, for read_into."""
         dtype, shape = self.info(name)
         if offsets is None and sizes is None:
             offsets, sizes = (0,) * len(shape), shape
         out = np.empty(tuple(int(s) for s in sizes), dtype=_dtypes.numpy_dtype(dtype))
-        offs, n = u64_array(offsets)
-        szs, _ = u64_array(sizes)
-        check(lib.sg_reader_read(self._h, name.encode(), n, offs, szs,
-                                 out.ctypes.data_as(ctypes.c_void_p), out.nbytes))
-        return _dtypes.as_torch(out, dtype) if as_torch else out
+        return tuple(offsets), tuple(sizes), out, dtype
+
+    def read_into(self, reads):
+        """Fills each C-contiguous numpy array `out` of (name, offsets, sizes, out) in
+        `reads` with that box, all read together (one sg_reader_read_many)."""
+        if not reads:
+            return
+        specs = (ReadSpec * len(reads))()
+        keep = []  # the arrays the specs point into, alive until the call returns
+        for spec, (name, offsets, sizes, out) in zip(specs, reads):
+            if not out.flags["C_CONTIGUOUS"]:
+                raise ValueError("shardguard: read_into needs a C-contiguous array for %r"
+                                 % (name,))
+            offs, n = u64_array(offsets)
+            szs, _ = u64_array(sizes)
+            encoded = name.encode()
+            keep += [offs, szs, encoded]
+            spec.name, spec.ndim, spec.out, spec.out_size = (
+                encoded, n, out.ctypes.data, out.nbytes)
+            spec.offsets = ctypes.cast(offs, ctypes.POINTER(ctypes.c_uint64))
+            spec.sizes = ctypes.cast(szs, ctypes.POINTER(ctypes.c_uint64))
+        check(lib.sg_reader_read_many(self._h, specs, len(reads)))
 
     def rank_state(self, rank):
         """(rng bytes, data loader position, user state) saved by `rank`; JSON decoded."""
