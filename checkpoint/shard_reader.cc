@@ -362,7 +362,8 @@ Status ShardSet::execute(const ReadRequest& r, std::unique_ptr<DirectIoBuffer>& 
   const auto cached = s.map ? s.map->resident_bytes(r.file_offset, r.len) : std::nullopt;
   const bool warm = cached && *cached * 2 >= r.len;
   const bool checked = !s.blocks || s.blocks->all_known_good(r.file_offset, r.len);
-  if (!warm && s.direct_reader) return read_direct(r, checked, buffer);
+  if (!warm && s.direct_reader)
+    return s.direct_reader->direct() ? read_direct(r, checked, buffer) : read_in_place(r, checked);
   if (checked) return copy_cached(r, warm);
   const BlockVerdicts& b = *s.blocks;
   SG_ASSIGN_OR_RETURN(const std::byte* file, mapped(s));
@@ -390,6 +391,50 @@ Status ShardSet::execute(const ReadRequest& r, std::unique_ptr<DirectIoBuffer>& 
       SG_RETURN_IF_ERROR(check_block(s, k, whole ? part.dst : file + b.block_begin(k)));
     }
   }
+  return {};
+}
+
+// A reader that needs no aligned buffer (a bucket's ranged GETs): the piece is fetched
+// straight into `dst` and the whole blocks in it are checked there; only a block the piece
+// holds in part, and that is not known good yet, is fetched whole into a block-sized buffer
+// to be checked. No copy and no buffer of request size: a load holds what its requests are
+// receiving, not io_threads buffers besides.
+Status ShardSet::read_in_place(const ReadRequest& r, bool checked) const {
+  const Shard& s = *r.shard;
+  const RandomAccessFile& f = *s.direct_reader;
+  const uint64_t end = r.file_offset + r.len;
+  auto fetch = [&](uint64_t at, std::span<std::byte> into) -> Status {
+    SG_ASSIGN_OR_RETURN(size_t got, f.read_at(at, into));
+    if (got < into.size())
+      return Error(ErrorCode::kIo, "read '" + f.path() + "': " + std::to_string(into.size()) +
+                                       " bytes at offset " + std::to_string(at) +
+                                       " run past the end of the file");
+    return {};
+  };
+  if (checked) return fetch(r.file_offset, {r.dst, r.len});
+  const BlockVerdicts& b = *s.blocks;
+  const uint64_t first = b.block_of(r.file_offset), last = b.block_of(end - 1);
+  // Blocks at the ends that the piece holds only in part and that still need their check.
+  auto needs_whole = [&](uint64_t k) {
+    return !b.known_good(k) && (b.block_begin(k) < r.file_offset || b.block_end(k) > end);
+  };
+  const bool head = needs_whole(first), tail = last != first && needs_whole(last);
+  const uint64_t from = head ? std::min(end, b.block_end(first)) : r.file_offset;
+  const uint64_t to = tail ? b.block_begin(last) : end;
+  if (from < to) {
+    std::byte* dst = r.dst + (from - r.file_offset);
+    SG_RETURN_IF_ERROR(fetch(from, {dst, to - from}));
+    for (uint64_t k = b.block_of(from), stop = b.block_of(to - 1); k <= stop; ++k)
+      if (!b.known_good(k)) SG_RETURN_IF_ERROR(check_block(s, k, dst + (b.block_begin(k) - from)));
+  }
+  auto fetch_whole = [&](uint64_t k) -> Status {
+    const uint64_t begin = b.block_begin(k), bytes = b.block_end(k) - begin;
+    std::unique_ptr<std::byte[]> whole(new std::byte[bytes]);
+    SG_RETURN_IF_ERROR(fetch(begin, {whole.get(), bytes}));
+    return copy_block_checked(s, k, whole.get() - begin, r);
+  };
+  if (head) SG_RETURN_IF_ERROR(fetch_whole(first));
+  if (tail) SG_RETURN_IF_ERROR(fetch_whole(last));
   return {};
 }
 

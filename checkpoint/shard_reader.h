@@ -111,6 +111,7 @@ class ShardSet {
                             const ReadRequest& r) const;
   Error block_error(const Shard& s, uint64_t k) const;
   Status execute(const ReadRequest& r, std::unique_ptr<DirectIoBuffer>& buffer) const;
+  Status read_in_place(const ReadRequest& r, bool checked) const;
   Status read_direct(const ReadRequest& r, bool checked,
                      std::unique_ptr<DirectIoBuffer>& buffer) const;
   Status copy_cached(const ReadRequest& r, bool warm) const;
