@@ -3,11 +3,14 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -70,31 +73,71 @@ Result<Record> read_record(const std::string& path) {
   return out;
 }
 
-// The processes to kill now: recorded ones still the same, marked ones, and all below.
+// The owner of a running process (the effective uid it runs as); nullopt once it is gone.
+std::optional<uid_t> owner_of(pid_t pid) {
+  struct stat st {};
+  if (::stat(("/proc/" + std::to_string(pid)).c_str(), &st) != 0) return std::nullopt;
+  return st.st_uid;
+}
+
+// The recorded launchers whose run is over: a prefix is "<pid>.<start>." of the supervisor
+// that launched them, and one still running (with that start time) is a live job, whatever
+// the record says: its processes are never leftovers.
+std::set<std::string> finished_launchers(const ProcessTable& table, const Record& record) {
+  std::set<std::string> out;
+  for (const std::string& prefix : record.launchers) {
+    unsigned long long pid = 0, start = 0;
+    char dot = 0;
+    std::istringstream in(prefix);
+    if (!(in >> pid >> dot) || dot != '.' || !(in >> start >> dot) || dot != '.') continue;
+    if (pid == 0 || pid > static_cast<unsigned long long>(std::numeric_limits<pid_t>::max()))
+      continue;
+    if (!table.find_same(static_cast<pid_t>(pid), start)) out.insert(prefix);
+  }
+  return out;
+}
+
+// A process the sweep may kill: it runs as this user and carries the marker of a recorded
+// launcher whose run is over. Whoever can write the record (pids and start times are public)
+// cannot point the sweep at anything else: another user's process, a process no run of
+// shardguard launched, or a live job's rank.
+bool leftover(pid_t pid, const std::set<std::string>& finished) {
+  if (owner_of(pid) != ::geteuid()) return false;
+  auto marker = environ_value(pid, kTreeMarkerVariable);
+  if (!marker) return false;
+  for (const auto& prefix : finished)
+    if (marker->rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+// The processes to kill now: recorded ones still the same, marked ones, and all below, each
+// a leftover of a finished run.
 std::vector<pid_t> targets(const ProcessTable& table, const Record& record, SweepReport* report) {
+  const std::set<std::string> finished = finished_launchers(table, record);
   std::vector<pid_t> roots;
   for (const auto& p : record.processes) {
-    if (table.find_same(p.pid, p.start_time)) {
+    if (!table.find_same(p.pid, p.start_time)) {
+      if (report != nullptr) (table.find(p.pid) != nullptr ? report->reused : report->gone)++;
+    } else if (leftover(p.pid, finished)) {
       roots.push_back(p.pid);
     } else if (report != nullptr) {
-      (table.find(p.pid) != nullptr ? report->reused : report->gone)++;
+      report->refused++;
     }
   }
-  if (!record.launchers.empty()) {
-    const std::string own = detail::tree_marker_prefix();
+  if (!finished.empty()) {
     for (const auto& [pid, info] : table.all()) {
       if (info.state == 'Z') continue;
-      auto marker = environ_value(pid, kTreeMarkerVariable);
-      if (!marker || marker->rfind(own, 0) == 0) continue;
-      for (const auto& prefix : record.launchers)
-        if (marker->rfind(prefix, 0) == 0) roots.push_back(pid);
+      if (leftover(pid, finished)) roots.push_back(pid);
     }
   }
   std::vector<pid_t> out = table.closure(roots);
-  // Never this process, nor anything it launched, nor a process that is already dead.
+  // Never this process, nor anything it launched, nor a process that is already dead, nor
+  // (below a leftover) one that runs as another user.
   const pid_t self = ::getpid();
+  const uid_t uid = ::geteuid();
   std::erase_if(out, [&](pid_t p) {
-    return p <= 1 || p == self || detail::is_launched(p) || table.find(p)->state == 'Z';
+    return p <= 1 || p == self || detail::is_launched(p) || table.find(p)->state == 'Z' ||
+           owner_of(p) != uid;
   });
   return out;
 }

@@ -194,10 +194,24 @@ TEST_CASE("isolation: without a namespace the sweep kills what a SIGKILLed super
   CHECK(r.clean_after_sweep);
 }
 
+// A launcher prefix no running process has: the record of a run that is over.
+constexpr const char* kFinishedLauncher = "999999999.1.";
+
+void append_line(const std::string& path, const std::string& line) {
+  std::ofstream(path, std::ios::app) << line << "\n";
+}
+
+// `argv` run with the tree marker `marker` in its environment, as a launched rank has it.
+std::vector<std::string> marked(const std::string& marker, std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"/usr/bin/env", std::string(io::kTreeMarkerVariable) + "=" + marker});
+  return argv;
+}
+
 TEST_CASE("isolation: the sweep never kills a pid that another process reuses", "[integration]") {
   TempDir dir;
   const std::string token = testing::unique_token(), record = dir / "record";
-  testing::Background other({"/bin/sleep", token}, dir / "log");
+  testing::Background other(marked(std::string(kFinishedLauncher) + "1", {"/bin/sleep", token}),
+                            dir / "log");
   REQUIRE(testing::eventually([&] { return processes_with(token).size() == 1; }, 5000ms));
   const auto start = io::process_start_time(other.pid());
   REQUIRE(start);
@@ -209,7 +223,8 @@ TEST_CASE("isolation: the sweep never kills a pid that another process reuses", 
   CHECK(swept->killed == 0);
   CHECK(processes_with(token).size() == 1);
   CHECK_FALSE(std::filesystem::exists(record));  // swept records are removed
-  // With the true start time it is the recorded process: killed.
+  // With the true start time and the marker of a finished run it is a leftover: killed.
+  append_line(record, std::string("launcher ") + kFinishedLauncher);
   REQUIRE(io::record_processes(record, {{other.pid(), *start}}).ok());
   swept = io::sweep_recorded(record, 5s);
   REQUIRE(swept.ok());
@@ -218,7 +233,66 @@ TEST_CASE("isolation: the sweep never kills a pid that another process reuses", 
   // No record: nothing to do.
   swept = io::sweep_recorded(dir / "none", 5s);
   REQUIRE(swept.ok());
-  CHECK(swept->killed + swept->reused + swept->gone == 0);
+  CHECK(swept->killed + swept->reused + swept->gone + swept->refused == 0);
+}
+
+// N5: `<run dir>/processes` may be writable by others, and pids and start times are public.
+TEST_CASE("isolation: the sweep refuses what the record names but no finished run left",
+          "[integration]") {
+  TempDir dir;
+  const std::string record = dir / "record";
+  SECTION("a process without a marker, a live launcher's rank") {
+    const std::string plain = testing::unique_token(), live = testing::unique_token();
+    testing::Background unmarked({"/bin/sleep", plain}, dir / "log");
+    // A rank of a live job: its launcher (this test process) is running.
+    const std::string own_prefix = std::to_string(::getpid()) + "." +
+                                   std::to_string(io::process_start_time(::getpid()).value()) + ".";
+    testing::Background rank(marked(own_prefix + "7", {"/bin/sleep", live}), dir / "log");
+    REQUIRE(testing::eventually(
+        [&] { return processes_with(plain).size() == 1 && processes_with(live).size() == 1; },
+        5000ms));
+    append_line(record, "launcher " + own_prefix);
+    append_line(record, std::string("launcher ") + kFinishedLauncher);
+    append_line(record, "launcher garbage.");
+    REQUIRE(io::record_processes(record, {{unmarked.pid(), *io::process_start_time(unmarked.pid())},
+                                          {rank.pid(), *io::process_start_time(rank.pid())}})
+                .ok());
+    auto swept = io::sweep_recorded(record, 5s);
+    REQUIRE(swept.ok());
+    CHECK(swept->killed == 0);
+    CHECK(swept->refused == 2);
+    std::this_thread::sleep_for(200ms);
+    CHECK(processes_with(plain).size() == 1);
+    CHECK(processes_with(live).size() == 1);
+  }
+  SECTION("as root: another user's process with a finished run's marker") {
+    if (::geteuid() != 0 || ::access("/usr/sbin/useradd", X_OK) != 0 ||
+        ::access("/usr/bin/setpriv", X_OK) != 0) {
+      WARN("skipped: needs root, useradd and setpriv to make an unprivileged user");
+      return;
+    }
+    TemporaryUser user;
+    if (!user.ok()) {
+      WARN("skipped: " << user.why());
+      return;
+    }
+    const std::string token = testing::unique_token();
+    auto argv = user.runner();
+    for (auto& a : marked(std::string(kFinishedLauncher) + "3", {"/bin/sleep", token}))
+      argv.push_back(a);
+    testing::Background theirs(argv, dir / "log");
+    REQUIRE(testing::eventually([&] { return processes_with(token).size() == 1; }, 5000ms));
+    const pid_t pid = processes_with(token).front();
+    append_line(record, std::string("launcher ") + kFinishedLauncher);
+    REQUIRE(io::record_processes(record, {{pid, *io::process_start_time(pid)}}).ok());
+    auto swept = io::sweep_recorded(record, 5s);
+    REQUIRE(swept.ok());
+    CHECK(swept->killed == 0);
+    CHECK(swept->refused == 1);
+    std::this_thread::sleep_for(200ms);
+    CHECK(processes_with(token).size() == 1);
+    ::kill(pid, SIGKILL);
+  }
 }
 
 TEST_CASE("isolation: a cgroup per attempt holds the whole tree", "[integration]") {
