@@ -120,8 +120,8 @@ int bucket_load(const std::string& url, uint64_t step, uint32_t rank, uint32_t w
   auto t0 = BenchClock::now();
   // Requests shaped as a client's resume shapes them (hooks/client.cc open_resume).
   ReaderOptions r;
-  r.request_bytes = storage::s3::read_request_bytes(s3);
-  r.io_threads = storage::s3::parallel_parts(s3);
+  r.request_bytes = s3.read_size;
+  r.io_threads = storage::s3::parallel_reads(s3);
   auto reader = CheckpointReader::open(store, step, r);
   if (!reader.ok()) return die(reader.error());
   // One read_many, as the Python client's load() does: the ranged GETs stay in flight

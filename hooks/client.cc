@@ -496,9 +496,9 @@ Result<checkpoint::CheckpointReader> Client::open_resume() const {
     return reader;
   }
   SG_ASSIGN_OR_RETURN(uint64_t step, impl_->step_of(*manifest));
-  // A bucket's reads are ranged GETs of about a part each, as many at once as the budget.
-  r.request_bytes = storage::s3::read_request_bytes(impl_->opt.s3);
-  r.io_threads = storage::s3::parallel_parts(impl_->opt.s3);
+  // A bucket's reads are ranged GETs of read_size, as many at once as the budget allows.
+  r.request_bytes = impl_->opt.s3.read_size;
+  r.io_threads = storage::s3::parallel_reads(impl_->opt.s3);
   auto reader = checkpoint::CheckpointReader::open(*impl_->store, step, r);
   if (reader.ok()) begin(*reader);
   return reader;

@@ -99,9 +99,9 @@ int parallel_parts(const S3Options& options) {
   return static_cast<int>(std::clamp<uint64_t>(n, 1, 64));
 }
 
-uint64_t read_request_bytes(const S3Options& options) {
-  constexpr uint64_t kMax = 16ull << 20;
-  return options.part_size == 0 ? kMax : std::min(options.part_size, kMax);
+int parallel_reads(const S3Options& options) {
+  const uint64_t n = options.read_size == 0 ? 1 : options.max_inflight / options.read_size;
+  return static_cast<int>(std::clamp<uint64_t>(n, 1, 16));
 }
 
 Result<S3Options> resolve_s3_options(
@@ -144,6 +144,8 @@ Result<S3Options> resolve_s3_options(
   if (o.part_size < kMinPartSize || o.part_size > kMaxPartSize)
     return invalid(where, "part_size",
                    format_size(o.part_size) + " is outside S3's 5 MiB to 5 GiB for a part");
+  if (o.read_size < kMinReadSize || o.read_size > kMaxReadSize)
+    return invalid(where, "read_size", format_size(o.read_size) + " is outside 1 MiB to 64 MiB");
   if (o.max_inflight < o.part_size)
     return invalid(where, "max_inflight",
                    format_size(o.max_inflight) + " is less than one part (" +
@@ -165,6 +167,7 @@ std::vector<std::pair<std::string, std::string>> s3_options_env(const S3Options&
           {"SHARDGUARD_S3_REGION", o.region},
           {"SHARDGUARD_S3_ADDRESSING", addressing},
           {"SHARDGUARD_S3_PART_SIZE", std::to_string(o.part_size)},
+          {"SHARDGUARD_S3_READ_SIZE", std::to_string(o.read_size)},
           {"SHARDGUARD_S3_MAX_INFLIGHT", std::to_string(o.max_inflight)},
           {"SHARDGUARD_S3_REQUEST_TIMEOUT_MS", ms(o.request_timeout)},
           {"SHARDGUARD_S3_STALL_MS", ms(o.stall_time)},
@@ -201,6 +204,7 @@ Result<S3Options> s3_options_from_env(
       return invalid("environment", "SHARDGUARD_S3_ADDRESSING", "expected path, virtual or auto");
   }
   SG_RETURN_IF_ERROR(number("SHARDGUARD_S3_PART_SIZE", o.part_size));
+  SG_RETURN_IF_ERROR(number("SHARDGUARD_S3_READ_SIZE", o.read_size));
   SG_RETURN_IF_ERROR(number("SHARDGUARD_S3_MAX_INFLIGHT", o.max_inflight));
   uint64_t ms = 0;
   SG_RETURN_IF_ERROR(number("SHARDGUARD_S3_REQUEST_TIMEOUT_MS", ms));

@@ -6,9 +6,12 @@
 //                    endpoint of `region` (https://s3.REGION.amazonaws.com)
 //   region           AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1
 //   addressing       path | virtual (default: virtual on amazonaws.com, path elsewhere)
-//   part_size        bytes per part of a multipart upload and per ranged GET (5 MiB..5 GiB)
+//   part_size        bytes per part of a multipart upload (5 MiB..5 GiB)
+//   read_size        bytes per ranged GET of a load (2 MiB: on Ceph RGW twice as fast as 4
+//                    or 16 MiB, docs/perf.md; AWS S3 advises 8-16 MiB), 1 MiB..64 MiB
 //   max_inflight     the host memory a rank's transfers may hold at once; parallel parts
-//                    are max_inflight / part_size
+//                    are max_inflight / part_size, parallel reads max_inflight / read_size
+//                    (at most 16)
 //   request_timeout  one request
 //   stall_timeout    a transfer that moves less than 64 KiB/s for this long (10s), while
 //                    none of the rank's others moves more, fails
@@ -37,6 +40,7 @@ struct S3Options {
   std::string region;    // empty: resolved
   Addressing addressing = Addressing::kAuto;
   uint64_t part_size = 16ull << 20;
+  uint64_t read_size = 2ull << 20;
   uint64_t max_inflight = 256ull << 20;
   Duration request_timeout = std::chrono::seconds(120);
   // A transfer slower than this for stall_time is cut off (a stalled upload on one rank
@@ -78,9 +82,10 @@ bool use_path_style(const S3Options& options, const Endpoint& endpoint, std::str
 
 // Parallel transfers of one rank: max_inflight / part_size, at least 1, at most 64.
 int parallel_parts(const S3Options& options);
-// Bytes of one ranged GET when a rank reads a checkpoint back: about a part (at most
-// 16 MiB), parallel_parts() of them at once, so a load keeps max_inflight in flight.
-uint64_t read_request_bytes(const S3Options& options);
+// How a rank reads a checkpoint back: ranged GETs of read_size, this many at once
+// (max_inflight / read_size, 1..16).
+int parallel_reads(const S3Options& options);
+inline constexpr uint64_t kMinReadSize = 1ull << 20, kMaxReadSize = 64ull << 20;
 
 // The variables a rank gets from its supervisor (SHARDGUARD_S3_*), and back: those set
 // replace `base`'s values.
