@@ -201,6 +201,12 @@ void append_line(const std::string& path, const std::string& line) {
   std::ofstream(path, std::ios::app) << line << "\n";
 }
 
+// Until `pid` runs with a tree marker (env has exec'd its program).
+bool marked_now(pid_t pid) {
+  return testing::eventually(
+      [&] { return io::environ_value(pid, io::kTreeMarkerVariable).has_value(); }, 5000ms);
+}
+
 // `argv` run with the tree marker `marker` in its environment, as a launched rank has it.
 std::vector<std::string> marked(const std::string& marker, std::vector<std::string> argv) {
   argv.insert(argv.begin(), {"/usr/bin/env", std::string(io::kTreeMarkerVariable) + "=" + marker});
@@ -213,6 +219,7 @@ TEST_CASE("isolation: the sweep never kills a pid that another process reuses", 
   testing::Background other(marked(std::string(kFinishedLauncher) + "1", {"/bin/sleep", token}),
                             dir / "log");
   REQUIRE(testing::eventually([&] { return processes_with(token).size() == 1; }, 5000ms));
+  REQUIRE(marked_now(other.pid()));
   const auto start = io::process_start_time(other.pid());
   REQUIRE(start);
   // The record names this pid with another start time: a process that died, its pid reused.
@@ -251,6 +258,7 @@ TEST_CASE("isolation: the sweep refuses what the record names but no finished ru
     REQUIRE(testing::eventually(
         [&] { return processes_with(plain).size() == 1 && processes_with(live).size() == 1; },
         5000ms));
+    REQUIRE(marked_now(rank.pid()));
     append_line(record, "launcher " + own_prefix);
     append_line(record, std::string("launcher ") + kFinishedLauncher);
     append_line(record, "launcher garbage.");
@@ -281,8 +289,16 @@ TEST_CASE("isolation: the sweep refuses what the record names but no finished ru
     for (auto& a : marked(std::string(kFinishedLauncher) + "3", {"/bin/sleep", token}))
       argv.push_back(a);
     testing::Background theirs(argv, dir / "log");
-    REQUIRE(testing::eventually([&] { return processes_with(token).size() == 1; }, 5000ms));
-    const pid_t pid = processes_with(token).front();
+    pid_t pid = 0;
+    REQUIRE(testing::eventually(
+        [&] {
+          const auto found = processes_with(token);
+          if (found.size() != 1) return false;
+          pid = found.front();
+          return true;
+        },
+        5000ms));
+    REQUIRE(marked_now(pid));
     append_line(record, std::string("launcher ") + kFinishedLauncher);
     REQUIRE(io::record_processes(record, {{pid, *io::process_start_time(pid)}}).ok());
     auto swept = io::sweep_recorded(record, 5s);
