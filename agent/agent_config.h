@@ -12,9 +12,12 @@
 namespace shardguard::agent {
 
 struct AgentSettings {
-  // "none" (default: no metadata traffic), "auto" (probe the three clouds at start-up with
-  // short timeouts), or one of "aws", "gcp", "azure".
-  std::string clouds = "none";
+  // "auto" (default: the cloud this machine's DMI data names, agent/cloud_identify.h; a
+  // machine that is no cloud's sends no metadata traffic), "none", or one of "aws", "gcp",
+  // "azure".
+  std::string clouds = "auto";
+  // Where "auto" reads the DMI data; empty: $SHARDGUARD_DMI_DIR, else /sys/class/dmi/id.
+  std::string dmi_dir;
   std::string aws_url;    // empty: the provider's link-local address
   std::string gcp_url;
   std::string azure_url;

@@ -6,6 +6,7 @@
 #include "agent/aws_source.h"
 #include "agent/azure_source.h"
 #include "agent/cloud_detect.h"
+#include "agent/cloud_identify.h"
 #include "agent/gcp_source.h"
 #include "agent/signal_source.h"
 #include "io/http_client.h"
@@ -70,14 +71,34 @@ Status EmbeddedAgent::start(NoticeSource::Callback on_notice) {
     case CloudMode::kGcp: m.start_clouds(false, true, false, ""); break;
     case CloudMode::kAzure: m.start_clouds(false, false, true, ""); break;
     case CloudMode::kAuto: {
+      // The machine's own DMI data says which cloud it is; no network is asked for that.
+      const std::string dir =
+          m.settings.dmi_dir.empty() ? dmi_default_dir() : m.settings.dmi_dir;
+      const CloudIdentity id = identify_cloud(read_dmi(m.d.fs, dir), dir);
+      if (id.cloud) {
+        spdlog::info("agent: this machine is on {} ({}): watching its notices",
+                     cloud_mode_name(*id.cloud), id.evidence);
+        m.start_clouds(id.cloud == CloudMode::kAws, id.cloud == CloudMode::kGcp,
+                       id.cloud == CloudMode::kAzure, "");
+        break;
+      }
+      // A metadata URL set by hand (an emulator, a proxy) is probed as before.
       CloudDetectOptions o;
-      if (!m.settings.aws_url.empty()) o.aws_base_url = m.settings.aws_url;
-      if (!m.settings.gcp_url.empty()) o.gcp_base_url = m.settings.gcp_url;
-      if (!m.settings.azure_url.empty()) o.azure_base_url = m.settings.azure_url;
+      o.probe_aws = !m.settings.aws_url.empty();
+      o.probe_gcp = !m.settings.gcp_url.empty();
+      o.probe_azure = !m.settings.azure_url.empty();
+      if (!o.probe_aws && !o.probe_gcp && !o.probe_azure) {
+        spdlog::info("agent: no cloud by this machine's DMI data ({}): no metadata service is "
+                     "asked; [agent] clouds names one if this is wrong", id.evidence);
+        break;
+      }
+      if (o.probe_aws) o.aws_base_url = m.settings.aws_url;
+      if (o.probe_gcp) o.gcp_base_url = m.settings.gcp_url;
+      if (o.probe_azure) o.azure_base_url = m.settings.azure_url;
       Impl* p = impl_.get();
       detect_clouds(m.d.http, o, [p](CloudDetection d) {
         for (const auto& note : d.notes) spdlog::info("agent: cloud detection: {}", note);
-        if (!d.any()) spdlog::info("agent: no cloud metadata service found");
+        if (!d.any()) spdlog::info("agent: no cloud metadata service found at the URLs given");
         p->start_clouds(d.aws, d.gcp, d.azure, d.azure_vm_name);
       });
       break;

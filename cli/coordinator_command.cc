@@ -22,6 +22,7 @@
 #include "supervisor/cluster_server.h"
 #include "supervisor/coordinator_log.h"
 #include "supervisor/job_config_toml.h"
+#include "supervisor/run_dir_lock.h"
 #include "supervisor/supervisor.h"
 
 namespace shardguard::cli {
@@ -74,6 +75,10 @@ int run_coordinator(const CoordinatorArgs& a) {
   auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
   ProductionDeps production(*job_fs, where->bundle_store());
   const io::Deps& deps = production.deps();
+  auto run_dir = supervisor::claim_run_dir(deps.fs, deps.clock, cfg.run_dir);
+  if (!run_dir.ok())
+    return fail(run_dir.error().message(),
+                run_dir.error().code() == ErrorCode::kFenced ? kExitConfig : kExitFailure);
   supervisor::SupervisorOptions so;
   so.local_node = false;
   so.min_nodes = nodes->min;

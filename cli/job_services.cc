@@ -4,14 +4,39 @@
 
 #include <cstdlib>
 
+#include "core/units.h"
 #include "hooks/lifecycle.h"
+#include "io/event_loop.h"
 #include "io/http_server.h"
 
 namespace shardguard::cli {
 
 struct JobServices::Impl {
+  const io::Deps* deps = nullptr;
+  supervisor::Supervisor* sup = nullptr;
   std::unique_ptr<hooks::LifecycleHooks> hooks;
   std::unique_ptr<io::HttpServer> metrics;
+  bool stopped = false;
+
+  // The hook runs in flight finish, or are killed at their limit or the emergency's deadline.
+  void finish_hooks() {
+    if (!hooks || hooks->idle()) return;
+    Duration budget = hooks->longest_run();
+    std::string why = "shardguard exits and the hook ran past its own time limit";
+    if (auto deadline = sup->emergency_deadline()) {
+      const auto left =
+          std::chrono::duration_cast<Duration>(*deadline - deps->clock.wall_now());
+      if (left < budget) {
+        budget = std::max(Duration{0}, left);
+        why = "the emergency checkpoint's deadline came (the machine goes then)";
+      }
+    }
+    const auto in_flight = hooks->stats().in_flight;
+    spdlog::info("waiting up to {} for {} hook run(s) in flight before exiting",
+                 format_duration(budget), in_flight);
+    deps->loop.run_until([this] { return hooks->idle(); }, budget);
+    if (!hooks->idle()) hooks->stop(why);
+  }
 };
 
 JobServices::JobServices(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -22,6 +47,8 @@ Result<std::unique_ptr<JobServices>> JobServices::start(const io::Deps& deps,
                                                         supervisor::Supervisor& sup,
                                                         Observer observer) {
   auto impl = std::make_unique<Impl>();
+  impl->deps = &deps;
+  impl->sup = &sup;
   // The job's [[hooks]], never blocking the loop.
   auto hooks = hooks::LifecycleHooks::create(deps.loop, deps.launcher, deps.http, deps.timers,
                                              deps.clock, cfg.hooks);
@@ -52,7 +79,10 @@ Result<std::unique_ptr<JobServices>> JobServices::start(const io::Deps& deps,
 }
 
 void JobServices::stop() {
-  if (impl_ && impl_->metrics) impl_->metrics->stop();
+  if (!impl_ || impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->finish_hooks();
+  if (impl_->metrics) impl_->metrics->stop();
 }
 
 }  // namespace shardguard::cli

@@ -1,5 +1,6 @@
 // What the process that runs the decision core serves for the whole job: the job's [[hooks]]
-// (commands and webhooks on lifecycle events) and the Prometheus metrics endpoint.
+// (commands and webhooks on lifecycle events) and the Prometheus metrics endpoint. At exit
+// the hooks in flight are waited for, not cut off (stop()).
 // Thread-safety: loop thread only.
 #pragma once
 
@@ -29,6 +30,10 @@ class JobServices {
                                                     supervisor::Supervisor& shell,
                                                     Observer observer = {});
   ~JobServices();
+  // At exit: lets the hook runs in flight finish, within their own limits and, after an
+  // emergency checkpoint, by its deadline (an upload hook of the emergency commit may use the
+  // rest of it); then kills what is left, logging each with why, and stops the metrics.
+  // Runs the loop while it waits. Idempotent.
   void stop();
 
  private:

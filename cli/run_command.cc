@@ -21,12 +21,17 @@
 #include "io/event_loop.h"
 #include "io/http_server.h"
 #include "io/process.h"
+#include "agent/cloud_identify.h"
 #include "agent/scheduler_env.h"
 #include "agent/slurm_policy.h"
 #include "agent/slurm_scontrol.h"
 #include "supervisor/job_config_toml.h"
+#include "policies/signal_names.h"
+#include "supervisor/event_log.h"
 #include "supervisor/machine_config.h"
+#include "supervisor/resume_plan.h"
 #include "supervisor/rank_env.h"
+#include "supervisor/run_dir_lock.h"
 #include "supervisor/supervisor.h"
 
 namespace shardguard::cli {
@@ -91,11 +96,44 @@ Result<supervisor::JobConfig> build_config(const RunArgs& a) {
   return cfg;
 }
 
+// Which notices a run watches, and for "auto" clouds what this machine was identified as.
+std::string describe_notice_sources(const supervisor::JobConfig& cfg, const std::string& setting,
+                                    const std::string& evidence) {
+  std::string out = "notices watched: SIGTERM and SIGINT (" + format_duration(cfg.grace) + ")";
+  for (int sig : cfg.agent.notice_signals)
+    out += ", " + std::string(policies::signal_name(sig)) + " (" +
+           format_duration(cfg.agent.signal_grace) + ")";
+  const std::string& c = cfg.agent.clouds;
+  if (c == "none") {
+    out += "; no cloud";
+  } else if (c == "auto") {
+    out += "; the cloud metadata service whose URL [agent] gives, if one answers";
+  } else {
+    out += "; " + std::string(c == "aws" ? "AWS spot interruptions, rebalance recommendations and maintenance (IMDSv2)"
+                              : c == "gcp" ? "GCP preemption and maintenance events (metadata server)"
+                                           : "Azure Scheduled Events");
+  }
+  if (setting == "auto")
+    out += c == "none" || c == "auto"
+               ? " ([agent] clouds = \"auto\": no cloud by this machine's DMI data: " + evidence +
+                     "; no metadata service is asked)"
+               : " ([agent] clouds = \"auto\": identified from " + evidence + ")";
+  else
+    out += " ([agent] clouds = \"" + setting + "\")";
+  return out;
+}
+
 // One node: the supervisor, its node in this process, the node's services.
 int run_single(supervisor::JobConfig cfg, const OpenedLocation& where) {
   auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
   ProductionDeps production(*job_fs, where.bundle_store());
   const io::Deps& deps = production.deps();
+  // Before anything else in the run directory: a second supervisor there is refused.
+  auto run_dir = supervisor::claim_run_dir(deps.fs, deps.clock, cfg.run_dir);
+  if (!run_dir.ok()) {
+    std::fprintf(stderr, "shardguard run: %s\n", run_dir.error().message().c_str());
+    return run_dir.error().code() == ErrorCode::kFenced ? kExitConfig : kExitFailure;
+  }
   auto slurm = SlurmIntegration::attach(deps, cfg);  // inside a Slurm job: its defaults
   supervisor::Supervisor sup(deps, cfg);
   auto job = JobServices::start(
@@ -163,6 +201,18 @@ int run(const RunArgs& a) {
                : kExitConfig;
   }
   if (where->bucket()) cfg->storage = *where->connection->s3_options();  // resolved, for the ranks
+  // "auto" clouds: the one this machine's DMI data names (no network), so that the agent
+  // polls only that one and the save window is that cloud's notice.
+  std::string cloud_evidence;
+  const std::string clouds_setting = cfg->agent.clouds;
+  {
+    const auto& ag = cfg->agent;
+    cfg->agent.clouds = agent::resolve_clouds(
+        ag.clouds, !ag.aws_url.empty() || !ag.gcp_url.empty() || !ag.azure_url.empty(),
+        PosixFilesystem::instance(), ag.dmi_dir, &cloud_evidence);
+  }
+  const std::string watched = describe_notice_sources(*cfg, clouds_setting, cloud_evidence);
+  if (!a.check_config) spdlog::info("{}", watched);
   if (a.check_config) {
     std::printf("config OK: job '%s', %u rank(s) of '%s', checkpoints in '%s', run dir '%s'\n",
                 cfg->job_id.empty() ? "(the checkpoint directory's)" : cfg->job_id.c_str(),
@@ -172,9 +222,28 @@ int run(const RunArgs& a) {
       std::printf("checkpoint location %s: reachable; a conditional create, a refused second "
                   "create and a delete of a probe object worked\n",
                   where->describe().c_str());
-    const auto window = policies::shortest_save_window(supervisor::machine_config(*cfg).save_window);
-    std::printf("emergency save window: %s (%s); a save should take under half of it\n",
-                format_duration(window.window).c_str(), window.source.c_str());
+    const auto inputs = supervisor::machine_config(*cfg).save_window;
+    const auto window = policies::shortest_save_window(inputs);
+    std::printf("emergency save window: %s for the ranks (the %s's %s less the %s [stop] "
+                "safety_margin); a save should take under half of it\n",
+                format_duration(window.window).c_str(), window.source.c_str(),
+                format_duration(window.lead).c_str(),
+                format_duration(window.lead - window.window).c_str());
+    // A save measured by an earlier run on this run directory, read without following links
+    // or opening anything but a regular file.
+    auto fs = job_filesystem(cfg->run_dir, cfg->checkpoint_dir, cfg->group);
+    const auto past =
+        supervisor::parse_events(fs->read_file(join_path(cfg->run_dir, "events.jsonl")).value_or(""));
+    if (auto took = supervisor::last_save_time(past)) {
+      const auto check = policies::check_save_window(inputs, *took);
+      if (check.warning)
+        std::printf("warning: %s (measured by an earlier run on this run directory)\n",
+                    check.warning->c_str());
+      else
+        std::printf("the last save on this run directory took %s: %.0f%% of the window\n",
+                    format_duration(*took).c_str(), check.fraction * 100);
+    }
+    std::printf("%s\n", watched.c_str());
     if (*placement) std::printf("%s\n", (*placement)->describe().c_str());
     return kExitOk;
   }

@@ -26,6 +26,7 @@
 #include "supervisor/local_launcher.h"
 #include "supervisor/node_runner.h"
 #include "supervisor/rank_env.h"
+#include "supervisor/run_dir_lock.h"
 #include "supervisor/supervisor.h"
 
 namespace shardguard::cli {
@@ -337,6 +338,11 @@ int run_multinode(const supervisor::JobConfig& config, const MultiNodeArgs& args
   auto job_fs = job_filesystem(cfg.run_dir, cfg.checkpoint_dir, cfg.group);
   ProductionDeps production(*job_fs, args.location.bundle_store());
   const io::Deps& deps = production.deps();
+  // Before anything else in the run directory: a second supervisor there is refused.
+  auto run_dir = supervisor::claim_run_dir(deps.fs, deps.clock, cfg.run_dir);
+  if (!run_dir.ok())
+    return fail(run_dir.error().message(),
+                run_dir.error().code() == ErrorCode::kFenced ? kExitConfig : kExitFailure);
   for (const auto& line : p.sources) spdlog::info("placement: {}", line);
 
   supervisor::SupervisorOptions so;

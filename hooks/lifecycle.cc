@@ -11,6 +11,7 @@
 #include <deque>
 
 #include "core/log_limiter.h"
+#include "core/terminal_text.h"
 #include "core/units.h"
 #include "io/event_loop.h"
 #include "io/http_client.h"
@@ -23,6 +24,13 @@ std::string describe(const HookSpec& spec) {
   std::string out = "hook '" + spec.event + "'";
   if (!spec.command.empty()) out += " command '" + spec.command[0] + "'";
   if (!spec.url.empty()) out += " url '" + spec.url + "'";
+  return out;
+}
+
+// argv as one line for the log: each word quoted, terminal escapes made visible.
+std::string argv_text(const std::vector<std::string>& argv) {
+  std::string out;
+  for (const auto& a : argv) out += (out.empty() ? "" : " ") + ("'" + escape_for_terminal(a) + "'");
   return out;
 }
 
@@ -104,8 +112,11 @@ struct LifecycleHooks::Impl : std::enable_shared_from_this<Impl> {
   struct Command {
     std::unique_ptr<io::ChildProcess> child;
     std::unique_ptr<Timer> deadline;
+    const HookSpec* spec = nullptr;
+    SteadyTime started{};
     bool killed = false;
   };
+  bool stopped = false;
   uint64_t next_id = 0;
   std::map<uint64_t, Command> commands;
   std::map<uint64_t, std::unique_ptr<Timer>> backoffs;
@@ -165,9 +176,28 @@ struct LifecycleHooks::Impl : std::enable_shared_from_this<Impl> {
     });
   }
 
-  ~Impl() {
-    // ChildProcess's destructor SIGKILLs and reaps its group; make the group explicit.
-    for (auto& [id, c] : commands) (void)c.child->signal_group(SIGKILL);
+  ~Impl() { stop("shardguard is exiting"); }
+
+  void stop(const std::string& why) {
+    if (stopped) return;
+    stopped = true;
+    for (auto& [id, c] : commands) {
+      if (c.killed) continue;
+      spdlog::warn("{} (argv {}): killed with its process group after {}: {}", describe(*c.spec),
+                   argv_text(c.spec->command), format_duration(clock.now() - c.started), why);
+      // ChildProcess's destructor SIGKILLs and reaps its group; make the group explicit.
+      (void)c.child->signal_group(SIGKILL);
+      c.killed = true;
+    }
+    if (webhook_pool.running > 0)
+      spdlog::warn("{} webhook(s) in flight abandoned: {}", webhook_pool.running, why);
+    for (Pool* pool : {&command_pool, &webhook_pool}) {
+      if (pool->waiting.empty()) continue;
+      spdlog::warn("{} hook {}(s) waiting for a slot not run: {}", pool->waiting.size(),
+                   pool->kind, why);
+      pool->waiting.clear();
+    }
+    queued.store(0);
   }
 
   void done(bool ok) {
@@ -224,6 +254,8 @@ struct LifecycleHooks::Impl : std::enable_shared_from_this<Impl> {
     }
     const uint64_t id = next_id++;
     Command& c = commands[id];
+    c.spec = &spec;
+    c.started = clock.now();
     c.child = std::move(*child);
     c.deadline = timers.make_timer();
     c.deadline->arm(spec.timeout, [self = weak_from_this(), id] {
@@ -251,6 +283,7 @@ struct LifecycleHooks::Impl : std::enable_shared_from_this<Impl> {
     loop.post([self = weak_from_this(), id] {
       if (auto s = self.lock()) s->commands.erase(id);
     });
+    if (killed && stopped) return part_done(false);  // logged by stop()
     if (killed) {
       timed_out.fetch_add(1);
       spdlog::warn("{}: killed with its process group at its timeout of {}", describe(spec),
@@ -339,6 +372,30 @@ size_t LifecycleHooks::fire(std::string_view event, EventFields fields) {
   }
   return queued;
 }
+
+bool LifecycleHooks::idle() const {
+  return impl_->fired.load() == impl_->finished.load();
+}
+
+Duration LifecycleHooks::longest_run() const {
+  Duration longest{0};
+  const Impl& m = *impl_;
+  for (const auto& spec : m.specs) {
+    Duration run = spec.command.empty() ? Duration{0} : spec.timeout;
+    if (!spec.url.empty()) {
+      Duration web = spec.timeout, backoff = m.opt.backoff_initial;
+      for (int i = 0; i < spec.retries; ++i) {
+        web += backoff + spec.timeout;
+        backoff = std::min(backoff * 2, m.opt.backoff_max);
+      }
+      run = std::max(run, web);
+    }
+    longest = std::max(longest, run);
+  }
+  return longest;
+}
+
+void LifecycleHooks::stop(const std::string& why) { impl_->stop(why); }
 
 HookStats LifecycleHooks::stats() const {
   const Impl& m = *impl_;

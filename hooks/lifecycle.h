@@ -16,9 +16,11 @@
 // waiting one is dropped (counted as failed and dropped, with a rate-limited warning), so a
 // flood of events (issue 11: 300 claimed commits) costs neither 300 processes nor memory.
 //
-// Thread-safety: fire() and stats() may be called from any thread. Construct and destroy on
-// the loop thread or while the loop is not running; destroying drops queued work, kills the
-// groups of running commands and abandons webhooks in flight.
+// Thread-safety: fire(), stats() and idle() may be called from any thread. Construct and
+// destroy on the loop thread or while the loop is not running; destroying (or stop()) drops
+// queued work, kills the groups of running commands and abandons webhooks in flight, logging
+// each command killed and each run dropped, with why. An exiting `shardguard run` first lets
+// the runs in flight finish (cli/job_services.h).
 #pragma once
 
 #include <array>
@@ -101,6 +103,16 @@ class LifecycleHooks {
   // hooks (or an unknown one) does nothing. Returns how many hook runs were queued.
   size_t fire(std::string_view event, EventFields fields = {});
   HookStats stats() const;
+
+  // True when no hook run is running or waiting.
+  bool idle() const;
+  // The longest one hook run may take by its own limits (a command's timeout; a webhook's
+  // attempts with their back-offs): how long an exit waits for the runs in flight.
+  Duration longest_run() const;
+  // Kills the commands still running (each logged with its command and `why`) and drops the
+  // webhooks and runs still waiting, as the destructor does ("shardguard is exiting").
+  // Loop thread.
+  void stop(const std::string& why);
 
   struct Impl;
 

@@ -44,13 +44,16 @@ Result<std::vector<Cloud>> clouds_from_setting(std::string_view clouds) {
 }
 
 SaveWindow shortest_save_window(const SaveWindowInputs& in) {
-  SaveWindow w{in.stop_grace, "[stop] grace"};
+  struct Lead {
+    Duration window;
+    std::string source;
+  } w{in.stop_grace, "[stop] grace"};
   for (Cloud c : in.clouds)
     if (cloud_notice_lead(c) < w.window)
       w = {cloud_notice_lead(c), std::string(cloud_name(c)) + " notice"};
   if (in.slurm_signal_lead && *in.slurm_signal_lead < w.window)
     w = {*in.slurm_signal_lead, "Slurm --signal lead"};
-  return w;
+  return {std::max(Duration{0}, w.window - in.safety_margin), w.window, std::move(w.source)};
 }
 
 SaveWindowCheck check_save_window(const SaveWindowInputs& in, Duration save) {
@@ -70,9 +73,14 @@ SaveWindowCheck check_save_window(const SaveWindowInputs& in, Duration save) {
                          ? "signal earlier (sbatch --signal=SIG@SECONDS), or make saves faster"
                          : "make saves faster (fewer bytes per node, faster storage) or checkpoint "
                            "often enough that losing the emergency save costs little";
+  std::string margin;
+  if (c.window.lead != c.window.window)
+    margin = " (" + format_duration(c.window.lead) + " less the " +
+             format_duration(c.window.lead - c.window.window) + " [stop] safety_margin)";
   c.warning = "an emergency checkpoint may not fit its window: a save takes " +
               format_duration(save) + ", " + pct + " of the " + format_duration(c.window.window) +
-              " the " + c.window.source + " leaves (keep it under half): " + hint;
+              " the " + c.window.source + " leaves the ranks" + margin +
+              " (keep it under half): " + hint;
   return c;
 }
 

@@ -1,7 +1,8 @@
 // Does an emergency checkpoint fit the notice it gets? The window is the shortest lead any
 // notice source of this run gives before the machine goes: the [stop] grace (the budget on
 // SIGTERM/SIGINT), each watched cloud's preemption notice (AWS 2 minutes, GCP and Azure
-// 30 s), and under Slurm the --signal lead. A save measured at more than half of it warns,
+// 30 s), and under Slurm the --signal lead, less the [stop] safety_margin by which the ranks
+// must be done (the time they really get). A save measured at more than half of it warns,
 // so a user learns at start-up or after the first checkpoint - not at the first preemption -
 // that the emergency save will not make it. The supervisor calls check_save_window() at
 // start (with the resume checkpoint's save time or an estimate) and after each commit, and
@@ -34,14 +35,18 @@ struct SaveWindowInputs {
   Duration stop_grace{0};                     // [stop] grace
   std::vector<Cloud> clouds;                  // watched clouds
   std::optional<Duration> slurm_signal_lead;  // set when Slurm sends --signal=SIG@lead
+  // [stop] safety_margin: the ranks must be done this long before the deadline, so a save
+  // gets the lead less this.
+  Duration safety_margin{0};
 };
 
 struct SaveWindow {
-  Duration window{0};  // the shortest lead
+  Duration window{0};  // what the ranks get: the shortest lead less the safety margin (>= 0)
+  Duration lead{0};    // the shortest lead itself
   std::string source;  // what sets it: "[stop] grace", "GCP notice", "Slurm --signal lead"
 };
 
-// The shortest of the inputs' leads.
+// The shortest of the inputs' leads, less the safety margin.
 SaveWindow shortest_save_window(const SaveWindowInputs& in);
 
 struct SaveWindowCheck {

@@ -185,7 +185,9 @@ void AttemptMachine::Impl::begin_teardown(Now now, const std::string& why) {
   record("teardown", {{"attempt", attempt->epoch}, {"why", why}});
   if (!attempt->launched || attempt->nodes_stopped.size() >= attempt->layout.size())
     return attempt_ended(now);
-  out.push_back(command::TearDown{attempt->epoch, why});
+  command::TearDown down{attempt->epoch, why};
+  if (emergency && emergency->deadline != WallTime{}) down.kill_by = emergency->deadline;
+  out.push_back(std::move(down));
   arm(TimerId::kStopTimeout, now.steady + cfg.stop_timeout);
 }
 

@@ -176,6 +176,7 @@ void read_agent(Section s, agent::AgentSettings& a) {
   s.string("gcp_url", a.gcp_url);
   s.string("azure_url", a.azure_url);
   s.string("azure_vm_name", a.azure_vm_name);
+  s.string("dmi_dir", a.dmi_dir);
   s.duration("poll_interval", a.poll_interval, true, kHour);
   if (const toml::node* n = s.get("notice_signals");
       n && s.expect(*n, "notice_signals", n->is_array(), "an array of signal names")) {
@@ -235,6 +236,10 @@ void read_storage(Section s, JobConfig& c) {
   size(s, "part_size", o.part_size);
   if (part && (o.part_size < storage::s3::kMinPartSize || o.part_size > storage::s3::kMaxPartSize))
     s.bad(*part, "part_size", format_size(o.part_size) + " is outside S3's 5MiB to 5GiB for a part");
+  const toml::node* read = s.get("read_size");
+  size(s, "read_size", o.read_size);
+  if (read && (o.read_size < storage::s3::kMinReadSize || o.read_size > storage::s3::kMaxReadSize))
+    s.bad(*read, "read_size", format_size(o.read_size) + " is outside 1MiB to 64MiB");
   const toml::node* inflight = s.get("max_inflight");
   size(s, "max_inflight", o.max_inflight);
   if (inflight && o.max_inflight < o.part_size)

@@ -27,6 +27,7 @@ MachineConfig machine_config(const JobConfig& c) {
   m.safety_margin = c.safety_margin;
   m.save_window.stop_grace = c.grace;
   m.save_window.slurm_signal_lead = c.slurm_signal_lead;
+  m.save_window.safety_margin = c.safety_margin;
   // An unknown setting is the config loader's error to report; here it watches nothing.
   if (auto clouds = policies::clouds_from_setting(c.agent.clouds); clouds.ok())
     m.save_window.clouds = *clouds;

@@ -229,6 +229,9 @@ struct Launch {
 struct TearDown {
   Epoch epoch = 0;
   std::string why;
+  // During an emergency: the notice's deadline. What is left of the ranks is killed by then
+  // at the latest, even when the term grace would end later.
+  std::optional<WallTime> kill_by{};
 };
 struct CheckpointNow {
   Epoch epoch = 0;

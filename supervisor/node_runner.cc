@@ -14,6 +14,7 @@
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/paths.h"
+#include "core/units.h"
 #include "hooks/control_server.h"
 #include "io/event_loop.h"
 #include "io/process_isolation.h"
@@ -369,9 +370,21 @@ struct NodeRunner::Impl {
     request.reset();
     // A client exits at once on `stop`, saving nothing; whatever is left is killed after the
     // term grace. Never SIGTERM: from outside, that means a notice.
-    control->send_all(hooks::Stop{to_unix_ms(d.clock.wall_now() + opt.config.term_grace)});
+    // In an emergency, the notice's deadline ends the grace if it comes first: the machine
+    // goes then, and a rank still there must not outlive its supervisor's word.
+    Duration grace = opt.config.term_grace;
+    if (t.kill_by) {
+      const auto left = std::chrono::duration_cast<Duration>(*t.kill_by - d.clock.wall_now());
+      if (left < grace) {
+        grace = std::max(Duration{0}, left);
+        spdlog::info("teardown: ranks left are killed in {} (at the notice's deadline), not "
+                     "after the {} term grace", format_duration(grace),
+                     format_duration(opt.config.term_grace));
+      }
+    }
+    control->send_all(hooks::Stop{to_unix_ms(d.clock.wall_now() + grace)});
     if (running.empty()) return kill_now();
-    term_timer->arm(opt.config.term_grace, [this] { kill_now(); });
+    term_timer->arm(grace, [this] { kill_now(); });
   }
 
   void kill_now() {

@@ -28,6 +28,7 @@ struct Supervisor::Impl {
   io::Deps d;
   JobConfig cfg;
   SupervisorOptions opt;
+  std::optional<WallTime> emergency_deadline;  // of the last emergency checkpoint asked for
   storage::StoreRef store;  // where the job's checkpoints live
   AttemptMachine machine;
   EventLog events;
@@ -207,6 +208,7 @@ struct Supervisor::Impl {
               },
               [&](const command::CheckpointNow& n) {
                 if (n.kind == CheckpointKind::kEmergency) {
+                  emergency_deadline = n.deadline;
                   spdlog::warn("emergency checkpoint of step {} requested ({}), {} left",
                                n.at_step, n.reason, format_duration(n.deadline - d.clock.wall_now()));
                   make_room_then_ask(n.deadline);
@@ -483,6 +485,7 @@ const std::string& Supervisor::job_id() const { return impl_->cfg.job_id; }
 bool Supervisor::finished() const { return impl_->machine.finished(); }
 int Supervisor::exit_code() const { return impl_->machine.exit_code(); }
 std::string Supervisor::state() const { return std::string(phase_name(impl_->machine.phase())); }
+std::optional<WallTime> Supervisor::emergency_deadline() const { return impl_->emergency_deadline; }
 
 std::string Supervisor::metrics_text() const {
   const Impl& m = *impl_;

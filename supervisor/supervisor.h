@@ -83,6 +83,9 @@ class Supervisor {
   bool finished() const;
   int exit_code() const;
   std::string state() const;  // "running", "backoff", "succeeded", ...
+  // The deadline of the last emergency checkpoint asked for (a notice's, a stop's), or
+  // nullopt: what an exit after it may still use (the hooks of its commit).
+  std::optional<WallTime> emergency_deadline() const;
   // Prometheus text exposition of the run's metrics.
   std::string metrics_text() const;
 

@@ -37,6 +37,24 @@ TEST_CASE("save window: the shortest lead of grace, clouds and Slurm", "[unit]")
   }
 }
 
+// Issue 26, item 5: "73 % of a 6 s grace" when the ranks had 4 s (109 %); that save failed.
+TEST_CASE("save window: what the ranks get, the lead less the safety margin", "[unit]") {
+  SaveWindowInputs grace{6s, {}, std::nullopt, 2s};
+  const SaveWindow w = shortest_save_window(grace);
+  CHECK(w.window == 4s);
+  CHECK(w.lead == 6s);
+  auto c = check_save_window(grace, std::chrono::milliseconds(4400));
+  CHECK(c.fraction == Approx(1.1));
+  REQUIRE(c.warning);
+  CHECK_THAT(*c.warning, Catch::Contains("110%") && Catch::Contains("of the 4.00s") &&
+                             Catch::Contains("6.00s less the 2.00s [stop] safety_margin"));
+  // A margin as long as the lead leaves nothing.
+  CHECK(shortest_save_window({1s, {}, std::nullopt, 2s}).window == 0s);
+  CHECK(std::isinf(check_save_window({1s, {}, std::nullopt, 2s}, 1ms).fraction));
+  // GCP's 30 s less 2 s.
+  CHECK(shortest_save_window({60s, {Cloud::kGcp}, std::nullopt, 2s}).window == 28s);
+}
+
 TEST_CASE("save window: warns above half the window, and only then", "[unit]") {
   const SaveWindowInputs gcp{60s, {Cloud::kGcp}, std::nullopt};
   SECTION("a save of 40% fits") {

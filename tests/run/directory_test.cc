@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <thread>
 
 #include "core/exit_codes.h"
 #include "tests/run/run_fixture.h"
@@ -50,6 +51,35 @@ TEST_CASE("a second supervisor on the same checkpoint directory is refused, nami
   REQUIRE(first.wait(10s).has_value());
   Background third(run_argv(b, 1, {"--steps", "40", "--rows", "16", "--log-every", "0"}), b.log());
   CHECK(third.wait(60s) == 0);
+}
+
+// Issue 26, item 2: the twin's leftover sweep SIGKILLed the live job's ranks ("killed 4
+// leftover process(es) of an earlier run"), then it failed on the control socket (exit 1).
+TEST_CASE("a second supervisor on the same run directory is refused, and the live job goes on",
+          "[run][integration]") {
+  RunDirs a;
+  write_config(a);
+  Background first(run_argv(a, 2, kSlowTrain), a.log());
+  REQUIRE(eventually([&] { return events_named(a, "hello").size() >= 2; }, 20s));
+  // Same run dir, another checkpoint dir: only the run directory is shared.
+  RunDirs b;
+  std::ofstream(b.config()) << "[job]\ncheckpoint_dir = \"" << b.ckpt() << "\"\nrun_dir = \""
+                            << a.run() << "\"\n";
+  Background second(run_argv(b, 1, kSlowTrain), b.log());
+  auto code = second.wait(20s);
+  INFO(slurp(b.log()));
+  REQUIRE(code == kExitConfig);
+  CHECK_THAT(slurp(b.log()), Catch::Contains("run directory '" + a.run() + "' is in use") &&
+                                 Catch::Contains("pid " + std::to_string(first.pid())) &&
+                                 !Catch::Contains("leftover"));
+  // The live job lost nothing: no rank ended, no second start in its event log.
+  std::this_thread::sleep_for(1s);
+  CHECK(events_named(a, "rank_exit").empty());
+  CHECK(events_named(a, "attempt_end").empty());
+  CHECK(events_named(a, "start").size() == 1);
+  CHECK_FALSE(first.wait(0ms).has_value());  // still running
+  first.signal(SIGTERM);
+  CHECK(first.wait(30s).has_value());
 }
 
 TEST_CASE("the directory remembers its job: another id is refused, adopted or taken over",

@@ -4,6 +4,7 @@
 // Azure's event must also be acknowledged (StartRequests) once the checkpoint is committed.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
 #include <fstream>
 
 #include "tests/agent/metadata_emulator.h"
@@ -43,10 +44,23 @@ TEST_CASE("A cloud preemption notice: emergency checkpoint before the deadline, 
   auto emulator = MetadataEmulator::start(scenario_for(cloud));
   REQUIRE(emulator.ok());
   RunDirs d;
-  write_config(d, "[agent]\nclouds = \"" + cloud + "\"\n" + cloud + "_url = \"" +
+  // No [agent] clouds: the default ("auto") finds the cloud in this machine's DMI data, here
+  // a fake one of that cloud (issue 26, item 1); only the URL points at the emulator.
+  const std::string dmi = d.tmp / "dmi";
+  std::filesystem::create_directories(dmi);
+  if (cloud == "aws") std::ofstream(dmi + "/sys_vendor") << "Amazon EC2\n";
+  if (cloud == "gcp") std::ofstream(dmi + "/product_name") << "Google Compute Engine\n";
+  if (cloud == "azure") {
+    std::ofstream(dmi + "/sys_vendor") << "Microsoft Corporation\n";
+    std::ofstream(dmi + "/chassis_asset_tag") << "7783-7084-3265-9085-8269-3286-77\n";
+  }
+  write_config(d, "[agent]\ndmi_dir = \"" + dmi + "\"\n" + cloud + "_url = \"" +
                       (*emulator)->base_url() + "\"\npoll_interval = \"200ms\"\n" +
                       (cloud == "azure" ? "azure_vm_name = \"sg-test-vm\"\n" : ""),
               1000);
+  const auto checked = run_command(shardguard_bin() + " run --check-config --config " +
+                                   d.config() + " -- true");
+  CHECK_THAT(checked.out, Catch::Contains("[agent] clouds = \"auto\": identified from"));
   const std::vector<std::string> train = {"--steps", "100000", "--rows", "64", "--log-every",
                                           "0", "--sleep-ms", "2"};
   {
@@ -54,6 +68,7 @@ TEST_CASE("A cloud preemption notice: emergency checkpoint before the deadline, 
     auto code = run.wait(60s);
     INFO(slurp(d.log()));
     REQUIRE(code == 75);
+    CHECK_THAT(slurp(d.log()), Catch::Contains("identified from"));
   }
   auto notices = events_named(d, "notice");
   REQUIRE(notices.size() == 1);

@@ -201,6 +201,44 @@ TEST_CASE("[[hooks]] commands run on lifecycle events with the fields in the env
   CHECK_THAT(log, Catch::Contains("committed 50"));
 }
 
+// Issue 26, item 3: `run` exited 75 1.1 s after the emergency commit, with 28 s of the
+// deadline left, and killed the upload hook of that commit with no log line.
+TEST_CASE("Hooks in flight at exit: the emergency commit's may use the rest of its deadline",
+          "[run][integration]") {
+  RunDirs d;
+  const std::string out = d.tmp / "hook.log";
+  std::ofstream(d.config())
+      << "[job]\ncheckpoint_dir = \"" << d.ckpt() << "\"\nrun_dir = \"" << d.run() << "\"\n"
+      << "[stop]\ngrace = \"8s\"\nterm_grace = \"2s\"\n"
+      << "[checkpoint]\nevery_steps = 1000000\n"
+      << "[[hooks]]\nevent = \"checkpoint_committed\"\ncommand = [\"/bin/sh\", \"-c\", "
+      << "\"sleep 2; echo uploaded $SHARDGUARD_EVENT_STEP >> " + out + "\"]\n"
+      << "[[hooks]]\nevent = \"preempt_notice\"\ncommand = [\"/bin/sleep\", \"60\"]\n"
+               "timeout = \"90s\"\n";
+  auto train = with(kTrain, {"--steps", "100000", "--sleep-ms", "2"});
+  Background run(run_argv(d, 1, train), d.log());
+  REQUIRE(eventually([&] { return !events_named(d, "hello").empty(); }, 20s));
+  const auto t0 = std::chrono::steady_clock::now();
+  run.signal(SIGTERM);
+  auto code = run.wait(30s);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  INFO(slurp(d.log()));
+  REQUIRE(code == 75);  // preempted
+  REQUIRE(events_named(d, "checkpoint_committed").size() == 1);
+  const std::string step = field(events_named(d, "checkpoint_committed").front(), "step");
+  // The upload finished before the exit; the hook that would outlive the deadline was killed
+  // at it, and said so with its command and why.
+  CHECK_THAT(slurp(out), Catch::Contains("uploaded " + step));
+  // The hooks may run until the emergency's deadline for the ranks: the notice's (8 s after
+  // the signal) less the 2 s safety margin.
+  CHECK(took < 8s);
+  CHECK(took > 5s);
+  CHECK_THAT(slurp(d.log()), Catch::Contains("hook 'preempt_notice' command '/bin/sleep'") &&
+                                 Catch::Contains("'/bin/sleep' '60'") &&
+                                 Catch::Contains("killed with its process group") &&
+                                 Catch::Contains("deadline came"));
+}
+
 TEST_CASE("A config error names the file, line and key; --check-config validates",
           "[run][integration]") {
   RunDirs d;
@@ -212,11 +250,23 @@ TEST_CASE("A config error names the file, line and key; --check-config validates
   auto good = run_command(shardguard_bin() + " run --check-config --config " + d.config() + " -- true");
   CHECK(good.exit_code == 0);
   CHECK_THAT(good.out, Catch::Contains("config OK"));
-  CHECK_THAT(good.out, Catch::Contains("emergency save window: 30.00s ([stop] grace)"));
+  // What the ranks get: the lead less the 2 s safety margin (issue 26, item 5).
+  CHECK_THAT(good.out, Catch::Contains("emergency save window: 28.00s for the ranks (the [stop] "
+                                       "grace's 30.00s less the 2.00s [stop] safety_margin)"));
   auto slurm = run_command("env SLURM_JOB_ID=4711 SLURM_NNODES=1 SLURM_NODEID=0 "
                            "SBATCH_SIGNAL=USR1@12 " + shardguard_bin() +
                            " run --check-config --config " + d.config() + " -- true");
-  CHECK_THAT(slurm.out, Catch::Contains("emergency save window: 12.00s (Slurm --signal lead)"));
+  CHECK_THAT(slurm.out, Catch::Contains("emergency save window: 10.00s for the ranks (the Slurm "
+                                        "--signal lead's 12.00s"));
+  // A save measured on this run directory is checked against it.
+  std::filesystem::create_directories(d.run());
+  std::ofstream(d.run() + "/events.jsonl")
+      << R"({"time_unix_ms":1,"event":"checkpoint_committed","step":50,"seconds":"16.5"})" << "\n";
+  auto measured = run_command(shardguard_bin() + " run --check-config --config " + d.config() +
+                              " -- true");
+  CHECK(measured.exit_code == 0);
+  CHECK_THAT(measured.out, Catch::Contains("a save takes 16.50s, 59% of the 28.00s") &&
+                               Catch::Contains("measured by an earlier run"));
 }
 
 TEST_CASE("A fatal XID in the kernel log stops the job with a checkpoint and exit 75",
@@ -307,6 +357,9 @@ TEST_CASE("Under Slurm with SBATCH_SIGNAL, an earlier run's save over half the s
   REQUIRE(w.size() == 1);
   CHECK(field(w[0], "when") == "start");
   CHECK(field(w[0], "source") == "Slurm --signal lead");
-  CHECK(std::stod(field(w[0], "window_seconds")) == Approx(4.0));
-  CHECK_THAT(r.out + r.err, Catch::Contains("75% of the 4.00s the Slurm --signal lead leaves"));
+  // The ranks get the 4 s lead less the 2 s safety margin.
+  CHECK(std::stod(field(w[0], "window_seconds")) == Approx(2.0));
+  CHECK_THAT(r.out + r.err,
+             Catch::Contains("150% of the 2.00s the Slurm --signal lead leaves the ranks (4.00s "
+                             "less the 2.00s [stop] safety_margin)"));
 }
