@@ -24,8 +24,8 @@ std::string machine_metrics(const MachineStats& s) {
   line("# TYPE shardguard_checkpoint_seconds summary");
   line("shardguard_checkpoint_seconds_sum " + std::to_string(s.checkpoint_seconds));
   line("shardguard_checkpoint_seconds_count " + std::to_string(s.checkpoints));
-  line("# HELP shardguard_save_window_seconds The shortest notice an emergency save gets (0: "
-       "none configured).");
+  line("# HELP shardguard_save_window_seconds The time an emergency save gets: the shortest "
+       "notice less the safety margin (0: none configured).");
   line("# TYPE shardguard_save_window_seconds gauge");
   line("shardguard_save_window_seconds " + std::to_string(s.save_window_seconds));
   line("# HELP shardguard_save_window_fraction The last save's time over that window (over 0.5 "

@@ -121,9 +121,10 @@ TEST_CASE("shell: a save of an earlier run that would not fit the emergency wind
   CHECK(f.events("launch").size() == 1);  // the earlier run's: this one launched nothing yet
   CHECK(field(w[0], "when") == "start");
   CHECK(field(w[0], "source") == "Slurm --signal lead");
-  CHECK_THAT(field(w[0], "warning"), Catch::Contains("62% of the 32.00s"));
-  CHECK_THAT(sup.metrics_text(), Catch::Contains("shardguard_save_window_seconds 32.0"));
-  CHECK_THAT(sup.metrics_text(), Catch::Contains("shardguard_save_window_fraction 0.625"));
+  // The ranks get the 32 s lead less the 2 s safety margin.
+  CHECK_THAT(field(w[0], "warning"), Catch::Contains("67% of the 30.00s"));
+  CHECK_THAT(sup.metrics_text(), Catch::Contains("shardguard_save_window_seconds 30.0"));
+  CHECK_THAT(sup.metrics_text(), Catch::Contains("shardguard_save_window_fraction 0.666"));
   CHECK(std::stoull(field(f.events("start")[0], "first_attempt")) == 4);  // one read, both uses
   sup.notice(sigterm(f.clock.wall_now()));
   CHECK(sup.finished());
