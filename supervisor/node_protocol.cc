@@ -28,7 +28,12 @@ Result<json::object> encode_command(const Command& c) {
             for (const auto& n : x.nodes) nodes.push_back(json::array{n.node, n.node_rank, n.first_rank, n.nproc});
             o["nodes"] = std::move(nodes);
           },
-          [&](const command::TearDown& x) { o["epoch"] = x.epoch; o["why"] = x.why; },
+          [&](const command::TearDown& x) {
+            o["epoch"] = x.epoch; o["why"] = x.why;
+            o["kill_by_unix_ms"] = opt(x.kill_by ? std::optional<uint64_t>(static_cast<uint64_t>(
+                                                       std::max<int64_t>(0, to_unix_ms(*x.kill_by))))
+                                                 : std::nullopt);
+          },
           [&](const command::CheckpointNow& x) {
             o["epoch"] = x.epoch; o["at_step"] = x.at_step; o["deadline_unix_ms"] = to_unix_ms(x.deadline);
             o["reason"] = x.reason; o["kind"] = kind_text(x.kind);
@@ -84,6 +89,8 @@ Result<Command> decode_command(Reader& r, const std::string& name) {
     command::TearDown x;
     SG_ASSIGN_OR_RETURN(x.epoch, r.u64("epoch"));
     SG_ASSIGN_OR_RETURN(x.why, r.str("why"));
+    SG_ASSIGN_OR_RETURN(auto kill_by, r.opt_u64("kill_by_unix_ms"));
+    if (kill_by) x.kill_by = from_unix_ms(static_cast<int64_t>(std::min<uint64_t>(*kill_by, INT64_MAX)));
     return Command(x);
   }
   if (name == "checkpoint_now") {

@@ -81,6 +81,10 @@ TEST_CASE("node protocol: commands round-trip", "[supervisor][unit]") {
   CHECK(command_round_trip(command::Launch{1, 2, 2, "h", 1, std::nullopt, "", {{0, 0, 0, 2}}, 0})
             .resume_step == std::nullopt);
   CHECK(command_round_trip(command::TearDown{9, "node 7 lost"}).why == "node 7 lost");
+  CHECK_FALSE(command_round_trip(command::TearDown{9, "x"}).kill_by);
+  // In an emergency, the deadline by which a node kills what is left travels too.
+  CHECK(command_round_trip(command::TearDown{9, "preempted", from_unix_ms(1700000000123)}).kill_by ==
+        from_unix_ms(1700000000123));
   auto rel = command_round_trip(command::Release{7, "aws spot-interruption"});
   CHECK(rel.node == 7);
   CHECK(rel.why == "aws spot-interruption");
