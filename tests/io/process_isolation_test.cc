@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <regex>
 #include <thread>
 
@@ -142,6 +143,22 @@ class TemporaryUser {
   uid_t uid_ = 0;
   gid_t gid_ = 0;
 };
+
+// An unprivileged user for this test, or nullptr (with a warning saying why) where this machine
+// cannot make one: the test is then skipped.
+std::unique_ptr<TemporaryUser> make_user_or_skip() {
+  if (::geteuid() != 0 || ::access("/usr/sbin/useradd", X_OK) != 0 ||
+      ::access("/usr/bin/setpriv", X_OK) != 0) {
+    WARN("skipped: needs root, useradd and setpriv to make an unprivileged user");
+    return nullptr;
+  }
+  auto user = std::make_unique<TemporaryUser>();
+  if (!user->ok()) {
+    WARN("skipped: " << user->why());
+    return nullptr;
+  }
+  return user;
+}
 
 // 'a'\''b': one shell word whatever `s` holds.
 std::string quoted(const std::string& s) {
@@ -274,16 +291,9 @@ TEST_CASE("isolation: the sweep refuses what the record names but no finished ru
     CHECK(processes_with(live).size() == 1);
   }
   SECTION("as root: another user's process with a finished run's marker") {
-    if (::geteuid() != 0 || ::access("/usr/sbin/useradd", X_OK) != 0 ||
-        ::access("/usr/bin/setpriv", X_OK) != 0) {
-      WARN("skipped: needs root, useradd and setpriv to make an unprivileged user");
-      return;
-    }
-    TemporaryUser user;
-    if (!user.ok()) {
-      WARN("skipped: " << user.why());
-      return;
-    }
+    auto made = make_user_or_skip();
+    if (!made) return;
+    TemporaryUser& user = *made;
     const std::string token = testing::unique_token();
     auto argv = user.runner();
     for (auto& a : marked(std::string(kFinishedLauncher) + "3", {"/bin/sleep", token}))
@@ -353,16 +363,9 @@ TEST_CASE("isolation: a cgroup per attempt holds the whole tree", "[integration]
 }
 
 TEST_CASE("isolation: as an unprivileged user", "[integration]") {
-  if (::geteuid() != 0 || ::access("/usr/sbin/useradd", X_OK) != 0 ||
-      ::access("/usr/bin/setpriv", X_OK) != 0) {
-    WARN("skipped: needs root, useradd and setpriv to make an unprivileged user");
-    return;
-  }
-  TemporaryUser user;
-  if (!user.ok()) {
-    WARN("skipped: " << user.why());
-    return;
-  }
+  auto made = make_user_or_skip();
+  if (!made) return;
+  TemporaryUser& user = *made;
   REQUIRE(io::become_child_subreaper().ok());
   TempDir dir;
   REQUIRE(::chown(dir.path().c_str(), user.uid(), user.gid()) == 0);
