@@ -1,4 +1,5 @@
 #include "checkpoint/lease.h"
+#include "core/host_name.h"
 
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -91,9 +92,7 @@ Error refuse(const std::string& dir, const LeaseRecord& holder, WallTime now,
 }  // namespace
 
 LeaseOwner this_process_owner(std::string job_id, uint64_t epoch) {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  return {std::move(job_id), host[0] ? host : "unknown", ::getpid(), epoch};
+  return {std::move(job_id), host_name(), ::getpid(), epoch};
 }
 
 std::string describe_holder(const LeaseRecord& r, WallTime now) {

@@ -1,4 +1,5 @@
 #include "checkpoint/quarantine.h"
+#include "core/host_name.h"
 
 #include <unistd.h>
 
@@ -22,9 +23,7 @@ constexpr int kReasonVersion = 1;
 std::string q(const std::string& s) { return "'" + s + "'"; }
 
 std::string default_who() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  return "pid " + std::to_string(::getpid()) + " on host " + (host[0] ? host : "unknown");
+  return "pid " + std::to_string(::getpid()) + " on host " + host_name();
 }
 
 // ISO 8601 UTC with milliseconds, for people reading the reason file.

@@ -1,4 +1,5 @@
 #include "cli/ckpt_quarantine_command.h"
+#include "core/host_name.h"
 
 #include <unistd.h>
 
@@ -37,10 +38,8 @@ void warn_if_leased(storage::Store& store) {
 
 std::string who() {
   const char* user = std::getenv("USER");
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
   return std::string("shardguard ckpt quarantine (user ") + (user ? user : "unknown") + ", host " +
-         (host[0] ? host : "unknown") + ", pid " + std::to_string(::getpid()) + ")";
+         host_name() + ", pid " + std::to_string(::getpid()) + ")";
 }
 
 int run_quarantine(const std::string& dir, uint64_t step, const std::string& reason) {

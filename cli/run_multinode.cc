@@ -1,4 +1,5 @@
 #include "cli/run_multinode.h"
+#include "core/host_name.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -34,11 +35,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "node";
-  return buf;
-}
+std::string host_name() { return shardguard::host_name("node"); }
 
 // The address to listen on for the endpoint: its host when that is an IP literal (a node with
 // several addresses, or 127.0.0.x in tests), every address otherwise (a DNS name).

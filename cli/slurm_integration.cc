@@ -1,4 +1,5 @@
 #include "cli/slurm_integration.h"
+#include "core/host_name.h"
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
@@ -23,10 +24,7 @@ using namespace std::chrono_literals;
 // How long the end waits for reads still running (each is bounded by the adapter's timeout).
 constexpr auto kReadsSettle = 15s;
 
-std::string host_name() {
-  char buf[256] = {};
-  return ::gethostname(buf, sizeof buf - 1) == 0 ? std::string(buf) : std::string("localhost");
-}
+std::string host_name() { return shardguard::host_name("localhost"); }
 
 }  // namespace
 

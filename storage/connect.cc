@@ -1,4 +1,5 @@
 #include "storage/connect.h"
+#include "core/host_name.h"
 
 #include <unistd.h>
 
@@ -86,9 +87,7 @@ Status probe(Connection& connection) {
   if (auto st = bucket->client().head_bucket(loc.bucket); !st.ok())
     return std::move(st).error().context(where);
   std::random_device rd;
-  char host[128] = {};
-  (void)::gethostname(host, sizeof host - 1);
-  const std::string key = ".shardguard/probe-" + std::string(host) + "-" +
+  const std::string key = ".shardguard/probe-" + host_name("host") + "-" +
                           std::to_string(::getpid()) + "-" + std::to_string(rd());
   if (auto st = store.put(key, "probe", PutCondition::if_absent()); !st.ok())
     return std::move(st).error().context(where + ": a conditional create (If-None-Match: *)");

@@ -1,4 +1,5 @@
 #include "supervisor/run_dir_lock.h"
+#include "core/host_name.h"
 
 #include <unistd.h>
 
@@ -14,12 +15,6 @@
 
 namespace shardguard::supervisor {
 namespace {
-
-std::string host_name() {
-  char buf[256] = {};
-  if (::gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
-}
 
 // What the holder wrote, as a message may show it: another user's bytes are at most one
 // line of printable ASCII, bounded.
