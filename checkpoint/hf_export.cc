@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <string_view>
 
 #include "checkpoint/paths.h"
 #include "checkpoint/safetensors.h"
@@ -201,8 +203,22 @@ Status check_export_options(const ExportOptions& options) {
   return {};
 }
 
-Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReader& reader,
-                                           const ExportOptions& options) {
+bool is_export_file(const std::string& name, const std::string& prefix) {
+  if (name == prefix + ".safetensors" || name == prefix + ".safetensors.index.json") return true;
+  // <prefix>-NNNNN-of-NNNNN.safetensors
+  constexpr std::string_view kShape = "-00000-of-00000.safetensors";
+  if (name.size() != prefix.size() + kShape.size() || name.compare(0, prefix.size(), prefix) != 0)
+    return false;
+  for (size_t i = 0; i < kShape.size(); ++i) {
+    const char c = name[prefix.size() + i];
+    if (kShape[i] == '0' ? !std::isdigit(static_cast<unsigned char>(c)) : c != kShape[i])
+      return false;
+  }
+  return true;
+}
+
+Result<ExportWritten> export_hf(Filesystem& fs, const CheckpointReader& reader,
+                                const ExportOptions& options) {
   SG_RETURN_IF_ERROR(check_export_options(options));
   SG_ASSIGN_OR_RETURN(auto selected, plan_export(reader.tensor_names(), options));
   std::vector<Group> groups;
@@ -245,8 +261,18 @@ Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReade
     SG_RETURN_IF_ERROR(atomic_write_file(fs, path, index));
     written.push_back(path);
   }
+  // An earlier export's files of the same names, now stale: removed once the new ones are in.
+  std::vector<std::string> removed;
+  SG_ASSIGN_OR_RETURN(auto entries, fs.list(options.out_dir));
+  for (const auto& e : entries) {
+    if (e.is_dir || !is_export_file(e.name, options.prefix)) continue;
+    const std::string path = join_path(options.out_dir, e.name);
+    if (std::find(written.begin(), written.end(), path) != written.end()) continue;
+    SG_RETURN_IF_ERROR(fs.remove(path));
+    removed.push_back(path);
+  }
   SG_RETURN_IF_ERROR(fs.sync_dir(options.out_dir));
-  return written;
+  return ExportWritten{std::move(written), std::move(removed)};
 }
 
 }  // namespace shardguard::checkpoint

@@ -67,9 +67,23 @@ Result<std::pair<std::string, std::string>> parse_rename_prefix(std::string_view
 // or a size mismatch.
 Status cast_to_bf16(DType from, std::span<const std::byte> in, std::span<std::byte> out);
 
-// Returns the paths written, index last. Fails with check_export_options' and plan_export's
-// kInvalid first; after that, kCorrupt is a bad checkpoint and anything else the output.
-Result<std::vector<std::string>> export_hf(Filesystem& fs, const CheckpointReader& reader,
-                                           const ExportOptions& options);
+// What an export did: the paths written (index last), and the files of an earlier export
+// with the same prefix that it removed from the output directory.
+struct ExportWritten {
+  std::vector<std::string> written;
+  std::vector<std::string> removed;
+};
+
+// Whether `name` is a file an export with `prefix` owns: `<prefix>.safetensors`,
+// `<prefix>-NNNNN-of-NNNNN.safetensors` or `<prefix>.safetensors.index.json`.
+bool is_export_file(const std::string& name, const std::string& prefix);
+
+// Writes the export, then removes the files with the export's names that it did not write
+// (an earlier export of another step or shard count: left there, a loader would read its
+// index or mix its shards in); other files in the directory (config.json, a tokenizer) stay.
+// Fails with check_export_options' and plan_export's kInvalid first; after that, kCorrupt is
+// a bad checkpoint and anything else the output.
+Result<ExportWritten> export_hf(Filesystem& fs, const CheckpointReader& reader,
+                                const ExportOptions& options);
 
 }  // namespace shardguard::checkpoint

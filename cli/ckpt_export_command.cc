@@ -86,7 +86,10 @@ int run_export(const ExportArgs& a) {
                                      ? kExitCheckpointBad
                                      : kExitFailure);
   }
-  for (const auto& p : *written) std::printf("%s\n", p.c_str());
+  for (const auto& p : written->written) std::printf("%s\n", p.c_str());
+  for (const auto& p : written->removed)
+    std::fprintf(stderr, "shardguard: removed %s (an earlier export's, not this one's)\n",
+                 p.c_str());
   return kExitOk;
 }
 

@@ -1,12 +1,12 @@
 // `shardguard ckpt ...` end to end: the real binary on real checkpoint directories.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <set>
 
 #include "tests/checkpoint/step_fixture.h"
 #include "tests/support/command.h"
+#include "tests/support/fixture_text.h"
 
 using namespace shardguard;
 using shardguard::testing::run_command;
@@ -153,4 +153,31 @@ TEST_CASE("ckpt export writes a consolidated Hugging Face layout", "[cli]") {
   CHECK(run_command(ckpt("export " + dir.path() + " --out " + out.path() +
                          " --max-shard-size 5XB"))
             .exit_code == 2);
+}
+
+TEST_CASE(
+    "ckpt export into a directory of an earlier export removes that export's files and keeps "
+    "the others",
+    "[cli]") {
+  TempDir dir, out;
+  write_steps(dir.path(), {100, 200}, 1);
+  // An earlier export of step 100 in two files, beside the model's config.
+  REQUIRE(run_command(ckpt("export " + dir.path() + " --step 100 --out " + out.path() +
+                           " --max-shard-size 5000B"))
+              .exit_code == 0);
+  REQUIRE(fs::exists(out / "model.safetensors.index.json"));
+  REQUIRE(testing::write_text(out / "config.json", "{}\n").ok());
+  REQUIRE(testing::write_text(out / "other-00001-of-00002.safetensors", "another prefix's").ok());
+  // Step 200 in one file: the index and the shards of step 100 would still be what a
+  // loader reads first (the index), so they go.
+  auto r = run_command(ckpt("export " + dir.path() + " --step 200 --out " + out.path()));
+  REQUIRE(r.exit_code == 0);
+  std::set<std::string> left;
+  for (const auto& e : fs::directory_iterator(out.path())) left.insert(e.path().filename());
+  CHECK(left == std::set<std::string>{"config.json", "model.safetensors",
+                                      "other-00001-of-00002.safetensors"});
+  CHECK_THAT(r.err, Catch::Contains("removed " + (out / "model.safetensors.index.json")));
+  auto reader = checkpoint::CheckpointReader::open(PosixFilesystem::instance(), out.path());
+  REQUIRE(reader.ok());
+  CHECK(reader->tensor_names().size() == 2);
 }

@@ -56,6 +56,21 @@ class CheckpointerTest(sgtest.TempDirCase):
         self.assertFalse(c.under_shardguard)
         self.assertEqual(c.checkpoint_dir, self.dir)
 
+    def test_what_load_returns_pickles_and_copies(self):
+        # A Restored handed to a DataLoader worker or another process is pickled.
+        import copy
+        import pickle
+        self.ckpt().save(5, {"w": np.arange(6, dtype=np.float32)}, rank_state={"epoch": 2})
+        restored = self.ckpt().load()
+        for again in (pickle.loads(pickle.dumps(restored)), copy.deepcopy(restored), copy.copy(restored)):
+            self.assertIs(type(again), type(restored))
+            step, state, rank_state = again
+            self.assertEqual(step, 5)
+            self.assertEqual(state["w"].tobytes(), np.arange(6, dtype=np.float32).tobytes())
+            self.assertEqual(rank_state, {"epoch": 2})
+            self.assertEqual(again.world_size, restored.world_size)
+            self.assertEqual(again.rank_state_saved, restored.rank_state_saved)
+
     def test_numpy_dtypes_round_trip_bit_exact(self):
         rng = np.random.RandomState(0)
         state = {

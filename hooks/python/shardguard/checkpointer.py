@@ -99,6 +99,11 @@ class Restored(tuple):
     state = property(lambda self: self[1])
     rank_state = property(lambda self: self[2])
 
+    def __reduce__(self):
+        # pickle, copy and multiprocessing rebuild a tuple subclass from tuple(self) alone,
+        # which __new__ cannot take: the three items, then the attributes as the state.
+        return (self.__class__, (self[0], self[1], self[2]), dict(self.__dict__))
+
 
 class ResumeFailed(ShardguardError):
     """The resume checkpoint could not be read (outside shardguard, where no supervisor can
