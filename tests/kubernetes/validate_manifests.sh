@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # ctest kubernetes_manifest_test: checks examples/kubernetes without a cluster.
 #  1. the pods' job.toml through `shardguard run --check-config` (the real binary);
-#  2. validate/validate.cjs: the Kubernetes OpenAPI schema (npm kubernetes-models), our
+#  2. pod_security.py: every pod template against the restricted Pod Security Standard, with
+#     a self-test on broken copies (Python 3 and PyYAML only: runs where npm cannot);
+#  3. validate/validate.cjs: the Kubernetes OpenAPI schema (npm kubernetes-models), our
 #     JobSet schema, our own checks, and each pod's kubelet environment placed by
 #     agent/scheduler_env (sg_placement_probe), plus a self-test on broken copies.
 # The npm packages (pinned by validate/package-lock.json) go into $SG_K8S_CACHE in the
@@ -14,8 +16,21 @@ here=$src/tests/kubernetes/validate
 
 "$bin" run --config "$examples/job.toml" --check-config -- true
 
+# pod_security.py exits 77 without PyYAML; the node validator below checks the same rules.
+pss="not checked (no python3 with PyYAML)"
+if command -v python3 >/dev/null; then
+  rc=0
+  python3 "$src/tests/kubernetes/pod_security.py" "$examples"/*.yaml || rc=$?
+  case $rc in
+    0) pss=checked ;;
+    77) ;;
+    *) exit "$rc" ;;
+  esac
+fi
+
 skip() {
-  echo "SKIPPED: $* (job.toml passed --check-config; the manifests were not validated)"
+  echo "SKIPPED: $* (job.toml passed --check-config, the Pod Security Standard $pss;" \
+       "the manifests were not validated)"
   exit 77
 }
 command -v node >/dev/null || skip "node is not installed (Debian: apt-get install nodejs npm)"

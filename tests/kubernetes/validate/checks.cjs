@@ -50,6 +50,68 @@ const envValue = (container, name) => {
   return e ? e.value : undefined;
 };
 
+// The restricted Pod Security Standard (kubernetes.io/docs/concepts/security/pod-security-
+// standards, with its baseline), for a pod spec: what the API server's PodSecurity admission
+// at level "restricted" refuses, field by field. tests/kubernetes/pod_security.py holds the
+// same rules for machines without npm: keep the two in step.
+const PSS_VOLUMES = ["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
+                     "persistentVolumeClaim", "projected", "secret"];
+const PSS_SYSCTLS = ["kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                     "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+                     "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                     "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+                     "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes"];
+const PSS_SELINUX_TYPES = ["", "container_t", "container_init_t", "container_kvm_t",
+                           "container_engine_t"];
+
+function checkPodSecurity(pod, where) {
+  const out = [];
+  const bad = (what) => out.push(`${where}: restricted Pod Security Standard: ${what}`);
+  const sc = pod.securityContext || {};
+  for (const k of ["hostNetwork", "hostPID", "hostIPC"]) if (pod[k] === true) bad(`${k} must not be true`);
+  for (const v of pod.volumes || []) {
+    const kind = Object.keys(v).find((k) => k !== "name");
+    if (!PSS_VOLUMES.includes(kind)) bad(`volume ${v.name}: ${kind} volumes are not allowed`);
+  }
+  for (const s of sc.sysctls || []) if (!PSS_SYSCTLS.includes(s.name)) bad(`sysctl ${s.name} is not a safe one`);
+  const seccomp = (ctx) => ctx.seccompProfile && ctx.seccompProfile.type;
+  if (seccomp(sc) !== undefined && !["RuntimeDefault", "Localhost"].includes(seccomp(sc)))
+    bad(`pod seccompProfile ${seccomp(sc)}: RuntimeDefault or Localhost only`);
+  if (sc.runAsUser === 0) bad("pod runAsUser must not be 0 (root)");
+  if (sc.runAsNonRoot === false) bad("pod runAsNonRoot must not be false");
+  const selinux = (ctx, who) => {
+    const o = ctx.seLinuxOptions || {};
+    if (!PSS_SELINUX_TYPES.includes(o.type || "")) bad(`${who} seLinuxOptions.type ${o.type} is not allowed`);
+    if (o.user || o.role) bad(`${who} seLinuxOptions must not set user or role`);
+  };
+  selinux(sc, "pod");
+  const containers = [...(pod.initContainers || []), ...(pod.containers || []),
+                      ...(pod.ephemeralContainers || [])];
+  for (const c of containers) {
+    const who = `container ${c.name}`;
+    const csc = c.securityContext || {};
+    if (csc.privileged === true) bad(`${who}: privileged must not be true`);
+    if (csc.allowPrivilegeEscalation !== false) bad(`${who}: allowPrivilegeEscalation must be false`);
+    const caps = csc.capabilities || {};
+    if (!(caps.drop || []).includes("ALL")) bad(`${who}: capabilities.drop must include ALL`);
+    for (const add of caps.add || []) {
+      if (add !== "NET_BIND_SERVICE") bad(`${who}: capabilities.add ${add}: NET_BIND_SERVICE only`);
+    }
+    if ((csc.runAsNonRoot ?? sc.runAsNonRoot) !== true) bad(`${who}: runAsNonRoot must be true (pod or container)`);
+    if (csc.runAsUser === 0) bad(`${who}: runAsUser must not be 0 (root)`);
+    const profile = seccomp(csc) ?? seccomp(sc);
+    if (!["RuntimeDefault", "Localhost"].includes(profile))
+      bad(`${who}: seccompProfile ${profile ?? "unset"}: RuntimeDefault or Localhost (pod or container)`);
+    if (csc.procMount !== undefined && csc.procMount !== "Default") bad(`${who}: procMount must be Default`);
+    if (csc.appArmorProfile && csc.appArmorProfile.type === "Unconfined") bad(`${who}: AppArmor must not be Unconfined`);
+    if (csc.windowsOptions && csc.windowsOptions.hostProcess) bad(`${who}: hostProcess must not be true`);
+    selinux(csc, who);
+    for (const p of c.ports || []) if (p.hostPort) bad(`${who}: hostPort ${p.hostPort} is not allowed`);
+  }
+  if (sc.appArmorProfile && sc.appArmorProfile.type === "Unconfined") bad("pod AppArmor must not be Unconfined");
+  return out;
+}
+
 // The Job spec of shardguard's pods, with `ctx` = {where, nodes, raw, toml, entrypoint}.
 function checkJobSpec(spec, ctx) {
   const out = [];
@@ -99,28 +161,63 @@ function checkJobSpec(spec, ctx) {
   if (!(grace + term < tgps)) bad(`job.toml [stop] grace + term_grace (${grace + term} s) must end before the kubelet's SIGKILL (${tgps} s)`);
   if (s && !(grace - margin >= 2 * Number(s[1]))) bad("job.toml [stop] grace - safety_margin must hold two saves (2 x S)");
 
-  // The secret: owner-only, root-owned, no fsGroup turning it into 0440.
+  // Not root, nothing privileged: the restricted Pod Security Standard.
+  out.push(...checkPodSecurity(pod, ctx.where));
+
+  // The secret: shardguard takes only an owner-only file (0400/0600) owned by its own uid or
+  // root (net/secret.h). The kubelet mounts a Secret root-owned, unreadable for a non-root
+  // uid, or with fsGroup group-readable (0440), which shardguard refuses: an init container
+  // running as the container's uid copies it into a memory emptyDir as its own 0400 file,
+  // and the container mounts only that file (subPath): the emptyDir itself is writable by
+  // all (0777), and a secret reached through a directory others can write could be swapped.
   const sc = pod.securityContext || {};
-  if (sc.fsGroup !== undefined) bad("fsGroup makes the secret 0440, which shardguard refuses");
-  const uid = (c.securityContext && c.securityContext.runAsUser) ?? sc.runAsUser;
-  if (uid !== 0) bad("the pod must run as root (uid 0), the owner of the mounted secret");
+  const uidOf = (k) => (k.securityContext && k.securityContext.runAsUser) ?? sc.runAsUser;
   const vols = pod.volumes || [];
+  const volume = (name) => vols.find((v) => v.name === name) || {};
   const mounts = c.volumeMounts || [];
   const mountOf = (name) => mounts.find((x) => x.name === name);
   const secretVol = vols.find((v) => v.secret);
-  if (secretVol && secretVol.secret.secretName !== "shardguard-secret")
-    bad("the secret volume must use the Secret shardguard-secret (see the header's commands)");
-  const secretFile = envValue(c, "SHARDGUARD_SECRET_FILE");
+  const secretFile = envValue(c, "SHARDGUARD_SECRET_FILE") || "";
   if (!secretVol) bad("no secret volume");
   else {
+    if (secretVol.secret.secretName !== "shardguard-secret")
+      bad("the secret volume must use the Secret shardguard-secret (see the header's commands)");
     const modes = [secretVol.secret.defaultMode, ...(secretVol.secret.items || []).map((i) => i.mode)];
     if (modes[0] === undefined || modes.some((x) => x !== undefined && x !== 0o400 && x !== 0o600))
       bad(`secret defaultMode must be 256 (0400) or 384 (0600), got ${secretVol.secret.defaultMode}`);
-    const mnt = mountOf(secretVol.name);
-    if (!mnt || !mnt.readOnly) bad("the secret must be mounted read-only");
+    if (mountOf(secretVol.name))
+      bad("the container must not mount the Secret itself (root-owned, 0440 with fsGroup: " +
+          "refused); it reads the init container's copy");
     const item = (secretVol.secret.items || [])[0];
-    if (mnt && item && secretFile !== path.posix.join(mnt.mountPath, item.path))
-      bad(`SHARDGUARD_SECRET_FILE ${secretFile} is not the mounted secret ${path.posix.join(mnt.mountPath, item.path)}`);
+    const copier = (pod.initContainers || []).find((k) => (k.volumeMounts || []).some((m) => m.name === secretVol.name));
+    if (!copier || !item) bad("an init container must copy the secret (one item) for the container's uid");
+    else {
+      const from = copier.volumeMounts.find((m) => m.name === secretVol.name);
+      if (!from.readOnly) bad("the init container must mount the Secret read-only");
+      const cmd = copier.command || [];
+      const src = path.posix.join(from.mountPath, item.path);
+      if (path.posix.basename(cmd[0] || "") !== "install" || cmd[1] !== "-m" || cmd.length !== 5 || cmd[3] !== src)
+        bad(`init container ${copier.name}: command must be install -m MODE ${src} DEST`);
+      else {
+        if (cmd[2] !== "0400" && cmd[2] !== "0600")
+          bad(`init container ${copier.name}: install -m ${cmd[2]}: the copy must be 0400 or 0600`);
+        // DEST on a Memory emptyDir of the init container; the container mounts DEST alone.
+        const dest = cmd[4];
+        const to = (copier.volumeMounts || []).find((m) => dest.startsWith(m.mountPath + "/"));
+        const there = to && mountOf(to.name);
+        if (!to || !volume(to.name).emptyDir || volume(to.name).emptyDir.medium !== "Memory" || !there)
+          bad(`the copy ${dest} must lie on a Memory emptyDir that the container mounts`);
+        else if (there.subPath !== path.posix.relative(to.mountPath, dest))
+          bad(`the container must mount the copy alone (subPath ${path.posix.relative(to.mountPath, dest)}), ` +
+              "not the emptyDir, which everyone may write");
+        else if (secretFile !== there.mountPath)
+          bad(`SHARDGUARD_SECRET_FILE ${secretFile} is not the copy, mounted at ${there.mountPath}`);
+        else if (!there.readOnly) bad("the container must mount the secret's copy read-only");
+      }
+      if (uidOf(copier) === undefined || uidOf(copier) !== uidOf(c))
+        bad(`init container ${copier.name} runs as uid ${uidOf(copier)}, the container as uid ${uidOf(c)}: ` +
+            "the copy must be owned by the container's uid");
+    }
   }
 
   // The config the ENTRYPOINT reads, the checkpoint volume job.toml writes to.
@@ -167,4 +264,4 @@ function checkContainerfile(text) {
   return { problems: out, config: config || "" };
 }
 
-module.exports = { podFailureAction, checkJobSpec, checkContainerfile, tomlValue, envValue };
+module.exports = { podFailureAction, checkJobSpec, checkPodSecurity, checkContainerfile, tomlValue, envValue };

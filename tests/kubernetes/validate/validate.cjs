@@ -4,7 +4,8 @@
 //    unknown fields refused as by the API server's strict validation) or, for the JobSet,
 //    our own schema (jobset-v1alpha2.schema.json) with its Job templates against OpenAPI;
 // 2. our own checks (checks.cjs, files.cjs): exit codes, grace arithmetic, secret, PID 1,
-//    and that Service, subdomain, ports, node counts, job.toml and Containerfile agree;
+//    the restricted Pod Security Standard, and that Service, subdomain, ports, node counts,
+//    job.toml and Containerfile agree;
 // 3. the environment the kubelet gives each pod, through shardguard's placement (probe);
 // 4. a self-test: each of a list of broken copies of the manifests must be refused.
 // Prints what it checked; exit 0 when all holds, 1 with every problem otherwise.
@@ -74,7 +75,14 @@ const mutations = [
   ["defaultMode 400 (a YAML 1.2 reading of 0400)", (d) => { podOf(job(d).spec).volumes[1].secret.defaultMode = 400; }, "defaultMode"],
   ["misspelled podFailurePolicy", (d) => {
     const s = job(d).spec; s.podFailurePolicies = s.podFailurePolicy; delete s.podFailurePolicy; }, "unknown field"],
-  ["fsGroup set", (d) => { podOf(job(d).spec).securityContext.fsGroup = 1000; }, "fsGroup"],
+  ["the Secret mounted into the container", (d) => {
+    podOf(job(d).spec).containers[0].volumeMounts.find((m) => m.name === "secret").name = "secret-source"; },
+   "must not mount the Secret"],
+  ["the secret's copy group-readable", (d) => { podOf(job(d).spec).initContainers[0].command[2] = "0440"; }, "0400 or 0600"],
+  ["the copy's emptyDir mounted whole", (d) => {
+    delete podOf(job(d).spec).containers[0].volumeMounts.find((m) => m.name === "secret").subPath; }, "copy alone"],
+  ["the copy made by another uid", (d) => {
+    podOf(jsJob(d)).initContainers[0].securityContext.runAsUser = 1001; }, "owned by the container's uid"],
   ["grace not 2 x S + M", (d) => { podOf(job(d).spec).terminationGracePeriodSeconds = 90; }, "terminationGracePeriodSeconds"],
   ["exit codes out of order", (d) => { job(d).spec.podFailurePolicy.rules[0].onExitCodes.values = [78, 76]; }, "ascending"],
   ["an action Kubernetes does not have", (d) => { job(d).spec.podFailurePolicy.rules[1].action = "Ignored"; }, "allowed values"],
@@ -85,11 +93,32 @@ const mutations = [
   ["misspelled field in a JobSet's pod", (d) => { podOf(jsJob(d)).containers[0].imagePullPolcy = "Always"; }, "unknown field"],
   ["JobSet without onPodConditions status", (d) => { delete jsJob(d).podFailurePolicy.rules[2].onPodConditions[0].status; }, "status is required"],
   ["JobSet restarts on FailJob", (d) => { d.jobset[0].spec.failurePolicy.rules = []; }, "FailJobSet"],
+  // The restricted Pod Security Standard (checkPodSecurity), on both manifests.
+  ["a root pod", (d) => { podOf(job(d).spec).securityContext.runAsUser = 0; }, "pod runAsUser must not be 0"],
+  ["runAsNonRoot off in a container", (d) => {
+    podOf(jsJob(d)).containers[0].securityContext.runAsNonRoot = false; }, "runAsNonRoot must be true"],
+  ["privilege escalation allowed", (d) => {
+    delete podOf(job(d).spec).containers[0].securityContext.allowPrivilegeEscalation; }, "allowPrivilegeEscalation"],
+  ["a capability added", (d) => {
+    podOf(jsJob(d)).containers[0].securityContext.capabilities.add = ["SYS_ADMIN"]; }, "capabilities.add SYS_ADMIN"],
+  ["capabilities kept", (d) => { delete podOf(job(d).spec).initContainers[0].securityContext.capabilities; },
+   "capabilities.drop must include ALL"],
+  ["seccomp Unconfined", (d) => { podOf(jsJob(d)).securityContext.seccompProfile.type = "Unconfined"; }, "seccompProfile"],
+  ["a privileged init container", (d) => {
+    podOf(job(d).spec).initContainers[0].securityContext.privileged = true; }, "privileged"],
+  ["the host's network", (d) => { podOf(jsJob(d)).hostNetwork = true; }, "hostNetwork"],
+  ["a hostPath volume", (d) => { podOf(job(d).spec).volumes.push({ name: "host", hostPath: { path: "/" } }); },
+   "hostPath volumes are not allowed"],
 ];
 let caught = 0;
 for (const [name, mutate, expect] of mutations) {
   const copy = JSON.parse(JSON.stringify(docs));
-  mutate(copy);
+  try {
+    mutate(copy);
+  } catch (e) {  // the manifests no longer have what the mutation changes
+    problems.push(`self-test: "${name}" cannot be applied to these manifests: ${e.message}`);
+    continue;
+  }
   const found = problemsOf(copy);
   if (found.some((p) => p.includes(expect))) caught++;
   else problems.push(`self-test: "${name}" was not refused with "${expect}" (got: ${found.join(" | ") || "nothing"})`);
