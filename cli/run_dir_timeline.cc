@@ -1,16 +1,20 @@
 #include "cli/run_dir_timeline.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
-#include <fstream>
+#include <string_view>
 
 #include "agent/agent_channel.h"
 #include "checkpoint/manifest.h"
 #include "core/clock.h"
 #include "core/filesystem.h"
+#include "core/open_regular.h"
 #include "io/unix_socket_server.h"
+#include "supervisor/event_log.h"
 #include "supervisor/job_config_toml.h"
 #include "supervisor/rank_env.h"
 
@@ -50,16 +54,16 @@ Result<RunDirTimeline> load_run_dir(const std::string& run_dir,
                                     const supervisor::RestartBudgets& budgets) {
   RunDirTimeline out{supervisor::Timeline(supervisor::TimelineOptions{budgets, true}),
                      join_path(run_dir, "events.jsonl")};
-  std::ifstream in(out.events_path, std::ios::binary);
-  if (!in) return Error::from_errno("open '" + out.events_path + "'", errno);
-  std::string line;
-  while (std::getline(in, line)) {
-    // A line still being written has no '\n' yet: leave it to the follower.
-    if (in.eof()) break;
-    out.bytes_read += line.size() + 1;
-    out.timeline.add_line(line);
+  // Read as `run` wrote it, never through a link or from a FIFO put in its place.
+  SG_ASSIGN_OR_RETURN(
+      const std::string text,
+      read_regular_file(out.events_path, supervisor::kMaxEventsFileBytes, "the events file"));
+  std::string_view rest = text;
+  // A line still being written has no '\n' yet: leave it to the follower.
+  for (size_t eol; (eol = rest.find('\n')) != std::string_view::npos; rest.remove_prefix(eol + 1)) {
+    out.bytes_read += eol + 1;
+    out.timeline.add_line(rest.substr(0, eol));
   }
-  if (in.bad()) return Error::from_errno("read '" + out.events_path + "'", errno);
   out.supervisor_alive = supervisor_listening(run_dir);
   const int64_t wall = to_unix_ms(RealClock::instance().wall_now());
   out.now_unix_ms = out.supervisor_alive ? wall : out.timeline.last_unix_ms().value_or(wall);
@@ -67,10 +71,10 @@ Result<RunDirTimeline> load_run_dir(const std::string& run_dir,
 }
 
 std::optional<uint64_t> manifest_bytes(const std::string& manifest_path) {
-  std::ifstream in(manifest_path, std::ios::binary);
-  if (!in || manifest_path.empty()) return std::nullopt;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto m = checkpoint::parse_manifest(text, manifest_path);
+  if (manifest_path.empty()) return std::nullopt;
+  auto text = read_regular_file(manifest_path, size_t{64} << 20, "the manifest");
+  if (!text.ok()) return std::nullopt;
+  auto m = checkpoint::parse_manifest(*text, manifest_path);
   if (!m.ok()) return std::nullopt;
   return m->total_bytes();
 }
@@ -79,7 +83,7 @@ Result<std::vector<std::string>> EventsTail::poll(uint64_t max_bytes) {
   restarted_ = false;
   std::vector<std::string> lines;
   struct stat st {};
-  if (::stat(path_.c_str(), &st) != 0) {
+  if (::lstat(path_.c_str(), &st) != 0) {
     if (errno == ENOENT) return lines;  // not there yet
     return Error::from_errno("stat '" + path_ + "'", errno);
   }
@@ -89,14 +93,20 @@ Result<std::vector<std::string>> EventsTail::poll(uint64_t max_bytes) {
     restarted_ = true;
   }
   if (uint64_t(st.st_size) == offset_) return lines;
-  std::FILE* f = std::fopen(path_.c_str(), "rb");
-  if (f == nullptr) return Error::from_errno("open '" + path_ + "'", errno);
+  // Never through a link, never blocked on a FIFO put at the name (open_regular).
+  SG_ASSIGN_OR_RETURN(const int fd, open_regular(path_, O_RDONLY, 0, "the events file"));
   std::string data(std::min<uint64_t>(max_bytes, uint64_t(st.st_size) - offset_), '\0');
   size_t got = 0;
-  if (::fseeko(f, static_cast<off_t>(offset_), SEEK_SET) == 0)
-    got = std::fread(data.data(), 1, data.size(), f);
-  const int err = std::ferror(f) ? errno : 0;
-  std::fclose(f);
+  int err = 0;
+  while (got < data.size()) {
+    const ssize_t n =
+        ::pread(fd, data.data() + got, data.size() - got, static_cast<off_t>(offset_ + got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) err = errno;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
   if (err != 0) return Error::from_errno("read '" + path_ + "'", err);
   data.resize(got);
   offset_ += got;

@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/open_regular.h"
 #include "core/units.h"
 #include "io/detail/fd.h"
 #include "io/detail/launch_registry.h"
@@ -25,9 +26,10 @@ namespace shardguard::io {
 namespace {
 
 Status append(const std::string& path, const std::string& text) {
-  detail::UniqueFd fd(
-      ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0600));
-  if (!fd) return Error::from_errno("record processes in '" + path + "'", errno);
+  // Never a FIFO or a link a neighbour put at the name (a FIFO would hang `run` at start).
+  SG_ASSIGN_OR_RETURN(
+      const int raw, open_regular(path, O_WRONLY | O_CREAT | O_APPEND, 0600, "the process record"));
+  detail::UniqueFd fd(raw);
   size_t done = 0;
   while (done < text.size()) {
     const ssize_t n = ::write(fd.get(), text.data() + done, text.size() - done);
@@ -45,11 +47,12 @@ struct Record {
 
 Result<Record> read_record(const std::string& path) {
   Record out;
-  detail::UniqueFd fd(::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
-  if (!fd) {
-    if (errno == ENOENT) return out;
-    return Error::from_errno("read process record '" + path + "'", errno);
+  auto opened = open_regular(path, O_RDONLY, 0, "the process record");
+  if (!opened.ok()) {
+    if (opened.error().code() == ErrorCode::kNotFound) return out;
+    return std::move(opened).error();
   }
+  detail::UniqueFd fd(*opened);
   std::string text;
   char buf[4096];
   ssize_t n;

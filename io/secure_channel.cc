@@ -26,6 +26,8 @@ std::string cause_name(int cause) {
       return "connections over the cap";
     case kQueueOverflow:
       return "queue overflows";
+    case kEvicted:
+      return "handshakes evicted for newer connections";
     default:
       return std::string(net::frame_fault_name(static_cast<net::FrameFault>(cause - kFrameBase))) +
              " frames";
@@ -150,11 +152,47 @@ size_t SecureChannel::Impl::unauthenticated() const {
   return n;
 }
 
+void SecureChannel::Impl::evict_unauthenticated(const std::string& source) {
+  size_t pending = 0, from_source = 0;
+  for (const auto& [id, c] : conns) {
+    if (c->outbound || c->phase != ConnPhase::kHandshake) continue;
+    ++pending;
+    from_source += c->source == source;
+  }
+  const bool source_full = from_source >= options.max_unauthenticated_per_source;
+  if (pending < options.max_unauthenticated && !source_full) return;
+  // The oldest that sent nothing yet, else the oldest; of this source when it is the one over
+  // its share (ids grow with time, and the map is ordered by id).
+  ConnPtr victim;
+  for (const bool silent_only : {true, false}) {
+    for (const auto& [id, c] : conns) {
+      if (c->outbound || c->phase != ConnPhase::kHandshake) continue;
+      if (source_full && c->source != source) continue;
+      if (silent_only && c->heard) continue;
+      victim = c;
+      break;
+    }
+    if (victim) break;
+  }
+  if (!victim) return;
+  ++stats.evicted_unauthenticated;
+  log_limited(kEvicted, describe(*victim) + " closed unauthenticated for a newer connection: " +
+                            std::to_string(pending) + " in the handshake (" +
+                            std::to_string(from_source) + " from " + source + "), limits " +
+                            std::to_string(options.max_unauthenticated) + " / " +
+                            std::to_string(options.max_unauthenticated_per_source) + " per source");
+  error_code ignored;
+  victim->socket.set_option(tcp::socket::linger(true, 0), ignored);  // RST: no TIME_WAIT
+  close_now(victim, "evicted from the handshake slots");
+}
+
 void SecureChannel::Impl::admit(tcp::socket socket) {
   ++stats.accepted;
   error_code ec;
   const auto remote = socket.remote_endpoint(ec);
   const std::string address = ec ? std::string("?") : detail::endpoint_text(remote);
+  const std::string source = ec ? std::string("?") : remote.address().to_string();
+  evict_unauthenticated(source);
   const size_t pending = unauthenticated();
   if (conns.size() >= options.max_connections || pending >= options.max_unauthenticated) {
     ++stats.refused_over_cap;
@@ -176,6 +214,7 @@ void SecureChannel::Impl::admit(tcp::socket socket) {
   auto c = std::make_shared<SecureConn>(next_id++, ctx, /*outbound=*/false);
   c->socket = std::move(socket);
   c->address = address;
+  c->source = source;
   c->phase = ConnPhase::kHandshake;
   c->server_handshake.emplace(options.secret, options.name, *nonce);
   conns.emplace(c->id, c);

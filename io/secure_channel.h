@@ -45,7 +45,13 @@ struct SecureChannelOptions {
   // than this is still accepted into an empty queue.
   size_t max_queued_bytes = size_t{1} << 20;
   size_t max_connections = 1024;    // every connection, both directions, in any phase
-  size_t max_unauthenticated = 64;  // accepted connections still in the handshake
+  // Accepted connections still in the handshake, in all and from one source address. A new
+  // one beyond either takes the slot of the oldest (first one that sent nothing yet), so a
+  // party without the secret opening connections as fast as it can delays a real node's
+  // handshake by no more than its own round trip (first come, first served kept a restarted
+  // node out for the 25 s of its window).
+  size_t max_unauthenticated = 64;
+  size_t max_unauthenticated_per_source = 16;
   // TCP keepalive and TCP_USER_TIMEOUT: how long a silent or unreachable peer can go unseen.
   Duration keepalive_idle = std::chrono::seconds(2);
   Duration keepalive_interval = std::chrono::seconds(1);
@@ -77,7 +83,8 @@ struct SecureChannelStats {
   uint64_t authenticated = 0;       // handshakes completed, both directions
   uint64_t handshake_failures = 0;  // refused, malformed, timed out or cut short
   uint64_t rejected_frames = 0;     // bad MAC, replayed, reordered, oversize
-  uint64_t refused_over_cap = 0;    // connections refused by max_connections/unauthenticated
+  uint64_t refused_over_cap = 0;    // connections refused by max_connections
+  uint64_t evicted_unauthenticated = 0;  // handshakes closed for a newer connection
   uint64_t queue_overflows = 0;     // connections dropped for not reading
   uint64_t messages_received = 0;
 };

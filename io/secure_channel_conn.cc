@@ -111,6 +111,7 @@ void SecureChannel::Impl::handshake_failed(const ConnPtr& c, const Error& error)
 }
 
 void SecureChannel::Impl::on_handshake_bytes(const ConnPtr& c, std::string_view data) {
+  c->heard = c->heard || !data.empty();
   auto step = c->outbound ? c->client_handshake->feed(data) : c->server_handshake->feed(data);
   if (!step.ok()) return handshake_failed(c, step.error());
   // The client's response goes out before anything on_connected may send.

@@ -9,6 +9,7 @@
 #include <openssl/rand.h>
 
 #include <utility>
+#include <vector>
 
 namespace shardguard::net {
 namespace {
@@ -46,6 +47,19 @@ Status random_bytes(std::span<uint8_t> out) {
     return openssl_error("RAND_bytes");
   }
   return ok_status();
+}
+
+Result<std::string> random_hex(size_t bytes) {
+  std::vector<uint8_t> raw(bytes);
+  SG_RETURN_IF_ERROR(random_bytes(raw));
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes * 2);
+  for (uint8_t b : raw) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
 }
 
 Result<Nonce> random_nonce() {

@@ -32,6 +32,8 @@ using Key = std::array<uint8_t, kKeyBytes>;
 Status random_bytes(std::span<uint8_t> out);
 // A fresh 32-byte nonce from random_bytes().
 Result<Nonce> random_nonce();
+// `bytes` bytes from random_bytes() as lower-case hex (an unguessable token).
+Result<std::string> random_hex(size_t bytes);
 
 // HKDF-SHA256 (RFC 5869) of `ikm` with `salt` and `info`, 32 bytes of output.
 Result<Key> hkdf_sha256(std::span<const uint8_t> ikm, std::string_view salt, std::string_view info);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
+#include <vector>
 
 #include "net/crypto.h"
 
@@ -70,6 +71,52 @@ Status check_file(const std::string& what, const struct stat& st) {
   return ok_status();
 }
 
+// The directories from / down to the one holding `path` (absolute; `path` relative to the
+// working directory otherwise).
+std::vector<std::string> directories_above(const std::string& path) {
+  std::string abs = path;
+  if (abs.empty() || abs.front() != '/') {
+    char cwd[PATH_MAX];
+    if (::getcwd(cwd, sizeof cwd) == nullptr) return {};
+    abs = std::string(cwd) + "/" + abs;
+  }
+  std::vector<std::string> dirs = {"/"};
+  for (size_t at = abs.find('/', 1); at != std::string::npos; at = abs.find('/', at + 1))
+    if (abs[at - 1] != '/') dirs.push_back(abs.substr(0, at));
+  return dirs;
+}
+
+// As sshd's StrictModes checks a key's path: every directory the secret is reached through is
+// owned by this user or root and writable by nobody else, or a group member could put a link
+// to a file whose bytes they know in its place (a root-owned file passes the file's own
+// checks). A sticky directory (/tmp) lets others add entries but not replace this user's, so
+// it passes. Both the path as given (where a link may sit) and where it leads are checked.
+Status check_directories(const std::string& what, const std::string& path) {
+  std::vector<std::string> dirs = directories_above(path);
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) != nullptr) {
+    auto more = directories_above(resolved);
+    dirs.insert(dirs.end(), more.begin(), more.end());
+  }
+  const uid_t me = ::getuid();
+  for (const auto& dir : dirs) {
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0)
+      return Error::from_errno(what + ": stat '" + dir + "'", errno);
+    if (st.st_uid != me && st.st_uid != 0)
+      return Error(ErrorCode::kInvalid,
+                   what + ": reached through '" + dir + "', owned by uid " +
+                       std::to_string(st.st_uid) + ": every directory above a secret must be " +
+                       "owned by uid " + std::to_string(me) + " (this process) or root");
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && (st.st_mode & S_ISVTX) == 0)
+      return Error(ErrorCode::kInvalid,
+                   what + ": reached through '" + dir + "' (mode " + octal_mode(st.st_mode) +
+                       "), which others can write, so they could swap the secret: make it " +
+                       "writable by its owner only (chmod go-w '" + dir + "')");
+  }
+  return ok_status();
+}
+
 void strip_one_newline(std::string& text) {
   if (!text.empty() && text.back() == '\n') {
     text.pop_back();
@@ -112,6 +159,7 @@ Result<Secret> load_secret_file(const std::string& path) {
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Error::from_errno(what + ": stat", errno);
   SG_RETURN_IF_ERROR(check_file(what, st));
+  SG_RETURN_IF_ERROR(check_directories(what, path));
 
   std::string bytes(static_cast<size_t>(st.st_size) + 1, '\0');  // +1 sees growth
   size_t got = 0;

@@ -6,7 +6,9 @@
 //
 // A valid secret file: a regular file (after symlinks), mode 0400 or 0600, owned by the
 // running uid or by root, holding at least 32 bytes after one trailing newline ("\n" or
-// "\r\n") is stripped. `shardguard secret generate FILE` writes one (64 hex characters).
+// "\r\n") is stripped, reached only through directories (as given and after links) that
+// are owned by the running uid or root and that nobody else can write, unless sticky. `shardguard
+// secret generate FILE` writes one (64 hex characters).
 //
 // Thread-safety: plain values and functions with no shared state.
 #pragma once

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <boost/json.hpp>
-#include <fstream>
 #include <sstream>
+
+#include "core/open_regular.h"
 
 namespace shardguard::sim {
 namespace {
@@ -69,11 +70,10 @@ Status parse_calibration_json(std::string_view text, const std::string& source, 
 }
 
 Status read_calibration_json(const std::string& path, Calibration& into) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error::from_errno("open calibration '" + path + "'", errno);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_calibration_json(ss.str(), path, into);
+  SG_ASSIGN_OR_RETURN(
+      const std::string text,
+      read_regular_file(path, size_t{1} << 20, "the calibration", LinkPolicy::kFollow));
+  return parse_calibration_json(text, path, into);
 }
 
 }  // namespace shardguard::sim

@@ -6,11 +6,11 @@
 #include <cerrno>
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <initializer_list>
 #include <set>
 #include <sstream>
 
+#include "core/open_regular.h"
 #include "core/units.h"
 #include "sim/fleet_config.h"
 
@@ -160,8 +160,12 @@ void read_simulation(Section s, FleetConfig& c) {
   s.finish();
 }
 
+// Beyond the largest training fleets (100k GPUs are 12,500 nodes of 8), and what keeps a
+// simulation's memory bounded: a million nodes ran the machine out of memory.
+constexpr int64_t kMaxNodes = 65536;
+
 void read_job(Section s, FleetConfig& c) {
-  s.integer("nodes", c.job.nodes, 1, 1000000);
+  s.integer("nodes", c.job.nodes, 1, kMaxNodes);
   s.integer("gpus_per_node", c.job.gpus_per_node, 1, 1024);
   s.seconds("step_time", c.job.step_seconds, false);
   s.boolean("independent_ranks", c.job.independent_ranks);
@@ -220,7 +224,7 @@ void read_costs(Section s, FleetConfig& c) {
       s.bad(*n, "scheduler", "expected one of \"slurm\", \"kubernetes\", \"none\"");
   }
   s.seconds("requeue", k.requeue);
-  s.integer("spare_nodes", k.spare_nodes, 0, 1000000);
+  s.integer("spare_nodes", k.spare_nodes, 0, kMaxNodes);
   s.finish();
 }
 
@@ -318,7 +322,7 @@ void read_policy(Section s, Policy& p, const std::string& name_default) {
   double mtbf = 0;
   if (s.seconds("mtbf", mtbf, false)) p.mtbf_prior = mtbf;
   s.boolean("emergency", p.emergency);
-  s.integer("min_nodes", p.min_nodes, 0, 1000000);
+  s.integer("min_nodes", p.min_nodes, 0, kMaxNodes);
   s.finish();
 }
 
@@ -387,11 +391,10 @@ Result<FleetConfig> parse_fleet_config(std::string_view text, const std::string&
 }
 
 Result<FleetConfig> load_fleet_config(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error::from_errno("open fleet config '" + path + "'", errno);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_fleet_config(ss.str(), path, std::filesystem::path(path).parent_path().string());
+  SG_ASSIGN_OR_RETURN(
+      const std::string text,
+      read_regular_file(path, size_t{4} << 20, "the fleet config", LinkPolicy::kFollow));
+  return parse_fleet_config(text, path, std::filesystem::path(path).parent_path().string());
 }
 
 }  // namespace shardguard::sim

@@ -2,8 +2,9 @@
 
 #include <boost/json.hpp>
 #include <cerrno>
-#include <fstream>
 #include <sstream>
+
+#include "core/open_regular.h"
 
 namespace shardguard::sim {
 
@@ -42,11 +43,10 @@ Result<SpotTrace> parse_spot_trace(std::string_view json, const std::string& sou
 }
 
 Result<SpotTrace> read_spot_trace(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error::from_errno("open spot trace '" + path + "'", errno);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_spot_trace(ss.str(), path);
+  SG_ASSIGN_OR_RETURN(
+      const std::string text,
+      read_regular_file(path, size_t{64} << 20, "the spot trace", LinkPolicy::kFollow));
+  return parse_spot_trace(text, path);
 }
 
 }  // namespace shardguard::sim

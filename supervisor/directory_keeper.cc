@@ -1,8 +1,11 @@
 #include "supervisor/directory_keeper.h"
 
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -263,6 +266,41 @@ DirectoryKeeper::~DirectoryKeeper() {
   if (impl_->lease) (void)impl_->lease->release();
 }
 
+namespace {
+
+std::string mode_and_owner(const struct stat& st) {
+  char mode[8];
+  std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(st.st_mode & 07777));
+  return std::string("mode ") + mode + ", owner uid " + std::to_string(st.st_uid);
+}
+
+// A checkpoint directory in a shared root (a 1777 scratch, a group's directory) is another
+// user's to plant in: a step the job would resume as its own, a .shardguard with the
+// coordinator record and the lease. One that others can write must be the job's own, and
+// its .shardguard the job's (or root's). A directory not made yet (or a test's fake
+// filesystem) has nothing to check.
+Status check_shared_root(const std::string& dir, const std::string& where) {
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return {};
+  const uid_t me = ::geteuid();
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0 && st.st_uid != me)
+    return Error(ErrorCode::kFenced,
+                 where + " (" + mode_and_owner(st) + ") can be written by others and is not " +
+                     "this job's (uid " + std::to_string(me) + "): another user could plant a " +
+                     "checkpoint there that the job resumes as its own; use a directory of the " +
+                     "job's own below it (mkdir -m 0750 '" + dir + "/<name>')");
+  const std::string meta = join_path(dir, std::string(checkpoint::kMetaDirName));
+  struct stat ms {};
+  if (::lstat(meta.c_str(), &ms) == 0 && ms.st_uid != me && ms.st_uid != 0)
+    return Error(ErrorCode::kFenced, where + ": '" + meta + "' (" + mode_and_owner(ms) +
+                                         ") is not this job's (uid " + std::to_string(me) +
+                                         "): whoever made it can rewrite the job's records; " +
+                                         "remove it if it is not yours");
+  return {};
+}
+
+}  // namespace
+
 Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& explicit_job_id,
                                           bool take_over, Epoch first_epoch) {
   Impl& m = *impl_;
@@ -271,6 +309,7 @@ Result<std::string> DirectoryKeeper::open(const std::optional<std::string>& expl
   const bool bucket = store.location().is_bucket();
   const std::string where = std::string(bucket ? "checkpoint location '" : "checkpoint directory '") +
                             dir + "'";
+  if (!bucket) SG_RETURN_IF_ERROR(check_shared_root(dir, where));
   const WallTime now = m.d.clock.wall_now();
   auto decided = checkpoint::decide_job_id(store, explicit_job_id, take_over, now);
   if (!decided.ok()) {
@@ -401,7 +440,7 @@ void DirectoryKeeper::on_attempt_ended(const EventFields& attempt_end_record) {
   checkpoint::AttemptEnd end;
   end.resume_step = field_value<uint64_t>(attempt_end_record, "resume_step");
   end.committed_step = field_value<uint64_t>(attempt_end_record, "committed_step");
-  end.ended_by_notice = field_value<bool>(attempt_end_record, "by_notice").value_or(false);
+  end.ended_by_notice = !field_value<bool>(attempt_end_record, "blames_checkpoint").value_or(true);
   on_attempt_ended(end);
 }
 

@@ -8,6 +8,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "core/open_regular.h"
+
 namespace shardguard::supervisor {
 namespace json = boost::json;
 
@@ -32,9 +34,10 @@ EventLog& EventLog::operator=(EventLog&& o) noexcept {
 
 Result<EventLog> EventLog::open(const std::string& path, Clock& clock) {
   EventLog log;
-  // 0640 whatever the umask, and never through a link (fopen's "a" asks for 0666).
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC, 0640);
-  if (fd < 0) return Error::from_errno("open '" + path + "'", errno);
+  // 0640 whatever the umask, never through a link (fopen's "a" asks for 0666), and never a
+  // FIFO or device a neighbour put at the name (opening a FIFO for writing would hang `run`).
+  SG_ASSIGN_OR_RETURN(const int fd,
+                      open_regular(path, O_WRONLY | O_CREAT | O_APPEND, 0640, "the events file"));
   log.file_ = ::fdopen(fd, "a");
   if (log.file_ == nullptr) {
     const int err = errno;
@@ -63,11 +66,10 @@ void EventLog::write(std::string_view type, const EventFields& fields) {
 }
 
 Result<std::vector<EventRecord>> read_events(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return Error::from_errno("open '" + path + "'", errno);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return parse_events(text.str());
+  // `status` and `report` read a run directory others may write into: no link followed, no
+  // FIFO blocked on, and no more than kMaxEventsFileBytes read.
+  SG_ASSIGN_OR_RETURN(auto text, read_regular_file(path, kMaxEventsFileBytes, "the events file"));
+  return parse_events(text);
 }
 
 std::vector<EventRecord> parse_events(std::string_view text) {

@@ -42,6 +42,10 @@ struct EventRecord {
   std::string type;
   std::vector<std::pair<std::string, std::string>> fields;
 };
+// Far beyond any run's timeline (a record per launch, checkpoint and notice, not per step).
+inline constexpr size_t kMaxEventsFileBytes = size_t{1} << 30;
+// Reads a regular file only: a link or FIFO at the path, or a file over kMaxEventsFileBytes,
+// is an error naming it.
 Result<std::vector<EventRecord>> read_events(const std::string& path);
 // The same, of the file's text.
 std::vector<EventRecord> parse_events(std::string_view text);

@@ -14,6 +14,7 @@
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/paths.h"
+#include "core/log_limiter.h"
 #include "core/units.h"
 #include "hooks/control_server.h"
 #include "io/event_loop.h"
@@ -85,9 +86,13 @@ struct NodeRunner::Impl {
         launcher(l),
         report(std::move(r)),
         record(std::move(rec)),
-        store(d.checkpoints, d.fs, opt.config.checkpoint_dir) {}
+        store(d.checkpoints, d.fs, opt.config.checkpoint_dir),
+        protocol_log(d.clock, {}, nullptr, &d.timers) {}
 
   storage::StoreRef store;  // where commits are read back from
+  // Bad lines on the control socket are a neighbour's to send at will: a count past 10 a
+  // second, not a line each (17.7 MB of junk had made 361,003 log lines).
+  LogLimiter protocol_log;
   TransferProgress progress;  // of this node's ranks' long saves and resumes
   // Commits being read back, and the rank exits that wait for them: a rank that commits its
   // last step and exits at once must not end the attempt before its commit is known (in a
@@ -176,8 +181,8 @@ struct NodeRunner::Impl {
       report(event::ResumeFailed{epoch, rank, f.manifest, f.file, f.offset, f.error});
     };
     e.on_signal = [this](uint32_t rank, const std::string& name) { on_rank_signal(rank, name); };
-    e.on_protocol_error = [](const std::string& problem) {
-      spdlog::warn("control socket: {}", problem);
+    e.on_protocol_error = [this](const std::string& problem) {
+      protocol_log.warn("control socket protocol error", "control socket: " + problem);
     };
     return o;
   }
@@ -215,10 +220,19 @@ struct NodeRunner::Impl {
     return hooks::CheckpointNow{to_unix_ms(c.deadline), to_wire(c.kind), c.reason, c.at_step};
   }
 
+  // The checkpoint signal goes only to a rank that has sent a heartbeat: one still starting
+  // (its client said hello before init_process_group) would have the signal interrupt what it
+  // is doing (torch's TCPStore connect fails with "Interrupted system call"). It reads the
+  // request from its socket at its first call, as the signal would have told it to.
+  void signal_checkpoint(uint32_t rank) {
+    if (request->kind == CheckpointKind::kEmergency && opt.config.checkpoint_signal != 0 &&
+        beating.contains(rank))
+      launcher.signal(rank, opt.config.checkpoint_signal);
+  }
+
   void send_request_to(uint32_t rank) {
     (void)control->send_to(rank, wire(*request));
-    if (request->kind == CheckpointKind::kEmergency && opt.config.checkpoint_signal != 0)
-      launcher.signal(rank, opt.config.checkpoint_signal);
+    signal_checkpoint(rank);
   }
 
   // A commit is believed only once its manifest is read back and matches.
@@ -417,8 +431,7 @@ struct NodeRunner::Impl {
     if (!active || c.epoch != epoch || tearing_down) return;
     request = c;
     control->send_all(wire(c));
-    if (c.kind == CheckpointKind::kEmergency && opt.config.checkpoint_signal != 0)
-      for (uint32_t rank : hello) launcher.signal(rank, opt.config.checkpoint_signal);
+    for (uint32_t rank : hello) signal_checkpoint(rank);
   }
 
   void collect_hang_report(const command::CollectHangReport& c) {

@@ -45,6 +45,8 @@ struct SecureConn {
   bool owed_close;  // on_closed is due: connect() returned the id, or on_connected ran
   ConnPhase phase = ConnPhase::kConnecting;
   std::string address;  // the peer as "host:port"
+  std::string source;   // the peer's address without the port
+  bool heard = false;   // inbound: the peer sent handshake bytes
   std::string peer_name;
 
   std::optional<net::ClientHandshake> client_handshake;
@@ -92,6 +94,7 @@ enum SecureLogCause : int {
   kHandshakeIncomplete,   // timed out or hung up mid-handshake (scanners, overload)
   kOverCap,
   kQueueOverflow,
+  kEvicted,
   kFrameBase = 100,
 };
 
@@ -145,6 +148,8 @@ struct SecureChannel::Impl : std::enable_shared_from_this<Impl> {
 
   void accept(tcp::acceptor& acceptor);
   size_t unauthenticated() const;
+  // Makes room for a connection from `source` when the handshake slots are full.
+  void evict_unauthenticated(const std::string& source);
   void admit(tcp::socket socket);
 
   // ---- connecting (outbound) ----

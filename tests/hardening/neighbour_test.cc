@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
+#include <thread>
 #include <vector>
 
 #include "hooks/protocol.h"
@@ -107,4 +108,36 @@ TEST_CASE("with no rank connected, a neighbour's hello as rank 0 is refused by t
   REQUIRE(second.ok());
   CHECK_THAT(*second, Catch::Contains("before hello"));
   CHECK(events_named(d, "hello").empty());
+}
+
+TEST_CASE("a neighbour's junk on the control socket is counted in the log, not a line each",
+          "[integration]") {
+  RunDirs d;
+  write_config(d, "", 50);
+  Background run(
+      {shardguard_bin(), "run", "--config", d.config(), "--nproc", "1", "--", "sleep", "1000"},
+      d.log());
+  REQUIRE(eventually([&] { return !events_named(d, "launch").empty(); }, 30s));
+  // 2,000 bad lines over 20 connections (each connection's own line rate is limited, so a
+  // flood comes from many): every one is answered with an error and would be a log line.
+  int sent = 0;
+  for (int c = 0; c < 20; ++c) {
+    auto client = io::UnixSocketClient::connect(supervisor::control_socket_path(d.run()));
+    if (!client.ok()) continue;
+    for (int i = 0; i < 100; ++i) sent += client->send_line("{\"v\":2,\"type\":\"junk\"}").ok();
+    (void)client->read_line(200ms);
+  }
+  CHECK(sent >= 1000);
+  std::this_thread::sleep_for(1500ms);  // the limiter's summary of the last window
+  run.signal(SIGKILL);
+  run.wait(10s);
+  const std::string log = slurp(d.log());
+  size_t lines = 0;
+  for (size_t at = log.find("control socket:"); at != std::string::npos;
+       at = log.find("control socket:", at + 1))
+    ++lines;
+  INFO(log.substr(0, 4000));
+  CHECK(lines > 0);
+  CHECK(lines <= 60);  // 10 a second per cause, and the counts
+  CHECK_THAT(log, Catch::Contains("more in the last"));
 }

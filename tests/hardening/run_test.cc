@@ -7,7 +7,9 @@
 //     socket inside it, and nothing is placed in /tmp;
 //   - finding: [log] level / format passed --check-config and did nothing;
 //   - finding: shards were opened through links on resume: a step whose shard is linked to
-//     a root-only file is skipped, saying why, and the job resumes from the step before.
+//     a root-only file is skipped, saying why, and the job resumes from the step before;
+//   - finding: a FIFO named events.jsonl or processes hung `run` at start, and `status` and
+//     `report` blocked on it: each now refuses it, naming it.
 #include <sys/stat.h>
 
 #include <boost/json.hpp>
@@ -191,4 +193,71 @@ TEST_CASE("resume skips a step whose shard is a link, naming it", "[integration]
   auto launches = events_named(d, "launch");
   REQUIRE(launches.size() >= 2);
   CHECK(field(launches.back(), "resume_step") == "20");
+}
+
+TEST_CASE(
+    "a FIFO put at the name of events.jsonl or processes: run, status and report refuse it "
+    "naming it, and never hang",
+    "[integration]") {
+  for (const std::string& name : {std::string("events.jsonl"), std::string("processes")}) {
+    INFO(name);
+    RunDirs d;
+    stdfs::create_directories(d.run());
+    const std::string fifo = d.run() + "/" + name;
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    // Opening a FIFO for writing waited for a reader for ever.
+    auto r = run_job(d, "");
+    INFO(r.out << r.err);
+    CHECK(r.exit_code != -1);  // -1: still running at the timeout
+    // Without its events the run cannot start; without its process record it runs on, each
+    // failed record named (a later start then has nothing to sweep).
+    if (name == "events.jsonl") CHECK(r.exit_code != 0);
+    CHECK(r.seconds < 20);
+    CHECK_THAT(r.out + r.err, Catch::Contains("'" + fifo + "' is a FIFO, not a regular file"));
+    if (name != "events.jsonl") continue;
+    for (const char* cmd : {"status", "report"}) {
+      INFO(cmd);
+      SpawnOptions o;
+      o.timeout = std::chrono::seconds(20);
+      auto s = spawn({shardguard_bin(), cmd, "--run-dir", d.run()}, o);
+      CHECK(s.exit_code != -1);  // -1: still running at the timeout
+      CHECK(s.exit_code != 0);
+      CHECK_THAT(s.err + s.out, Catch::Contains("is a FIFO, not a regular file"));
+    }
+  }
+}
+
+TEST_CASE(
+    "a checkpoint directory others can write that is not the job's, or a .shardguard another "
+    "user made in it, is refused with exit 78 naming it",
+    "[integration]") {
+  TemporaryUser other("p");
+  if (!other.ok()) {
+    WARN("skipped: " << other.why());
+    return;
+  }
+  SECTION("a 1777 scratch directory of another user as the checkpoint directory") {
+    RunDirs d;
+    stdfs::create_directories(d.ckpt());
+    REQUIRE(::chown(d.ckpt().c_str(), other.uid(), 0) == 0);
+    REQUIRE(::chmod(d.ckpt().c_str(), 01777) == 0);
+    auto r = run_job(d, "");
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 78);
+    CHECK_THAT(r.out + r.err,
+               Catch::Contains("(mode 1777, owner uid " + std::to_string(other.uid()) +
+                               ") can be written by "
+                               "others and is not this job's"));
+  }
+  SECTION("the job's own 0777 directory with a .shardguard that another user made first") {
+    RunDirs d;
+    stdfs::create_directories(d.ckpt() + "/.shardguard");
+    REQUIRE(::chmod(d.ckpt().c_str(), 0777) == 0);
+    REQUIRE(::chown((d.ckpt() + "/.shardguard").c_str(), other.uid(), 0) == 0);
+    auto r = run_job(d, "");
+    INFO(r.out << r.err);
+    CHECK(r.exit_code == 78);
+    CHECK_THAT(r.out + r.err, Catch::Contains("/.shardguard' (mode") &&
+                                  Catch::Contains("whoever made it can rewrite the job's records"));
+  }
 }

@@ -4,6 +4,8 @@
 #include "io/secure_channel.h"
 
 #include <catch2/catch.hpp>
+#include <memory>
+#include <vector>
 
 #include "tests/io/secure_fixture.h"
 
@@ -144,13 +146,14 @@ TEST_CASE("Connection caps: unauthenticated and total; refusals are logged") {
   });
   const uint16_t port = server.listen();
   {
-    // Two silent connections fill the unauthenticated slots; a third is refused at once.
+    // Two silent connections fill the unauthenticated slots; a third takes the oldest's.
     RawPeer idle1(port), idle2(port);
     REQUIRE(eventually([&] { return server.stats().accepted == 2; }, 5000ms));
     RawPeer third(port);
-    CHECK(third.closed_by_server(2000ms));
-    CHECK(server.stats().refused_over_cap == 1);
-    CHECK(log.count("refused: 2 connections (2 unauthenticated), limits 3 / 2") == 1);
+    CHECK(idle1.closed_by_server(2000ms));
+    CHECK(server.stats().evicted_unauthenticated == 1);
+    CHECK(server.stats().refused_over_cap == 0);
+    CHECK(log.count("closed unauthenticated for a newer connection: 2 in the handshake") == 1);
   }
   size_t open = 99;
   REQUIRE(eventually(
@@ -173,9 +176,34 @@ TEST_CASE("Connection caps: unauthenticated and total; refusals are logged") {
   // Refused with a reset: the client sees it in connect or in the handshake, by timing.
   CHECK_THAT(client.closed_reason(fourth),
              Catch::Contains("closed during the handshake") || Catch::Contains("reset by peer"));
-  CHECK(server.stats().refused_over_cap == 2);
+  CHECK(server.stats().refused_over_cap == 1);
   CHECK(server.connected().size() == 3);
   CHECK(server.closed().empty());
+}
+
+TEST_CASE(
+    "A flood of connections that never authenticate does not keep a node that holds the "
+    "secret out: the oldest handshake slot goes to the newest connection") {
+  auto secret = secret_of('k');
+  Host server("coordinator", secret, [](io::SecureChannelOptions& o) {
+    o.max_unauthenticated = 8;
+    o.max_unauthenticated_per_source = 4;
+  });
+  const uint16_t port = server.listen();
+  // Every slot held by silent connections (they would stay for the 5 s handshake timeout).
+  std::vector<std::unique_ptr<RawPeer>> flood;
+  for (int i = 0; i < 8; ++i) flood.push_back(std::make_unique<RawPeer>(port));
+  REQUIRE(eventually([&] { return server.stats().accepted == 8; }, 5000ms));
+  // The real node connects while the flood goes on: it gets a slot and authenticates well
+  // within the handshake timeout (first come, first served refused it until one expired).
+  Host client("node-1", secret);
+  const auto t0 = std::chrono::steady_clock::now();
+  client.connect(port);
+  for (int i = 0; i < 8; ++i) flood.push_back(std::make_unique<RawPeer>(port));
+  REQUIRE(client.wait_connected(1, 3000ms));
+  CHECK(std::chrono::steady_clock::now() - t0 < 2s);
+  CHECK(server.stats().evicted_unauthenticated >= 4);  // per source: 4 of the 8 slots
+  CHECK(server.stats().refused_over_cap == 0);
 }
 
 TEST_CASE("A peer that does not read is dropped once 1 MiB is queued for it") {

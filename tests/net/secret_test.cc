@@ -206,3 +206,41 @@ TEST_CASE("generate writes a new 0600 file of 64 hex characters and never overwr
              Catch::Contains("'" + (dir / "a") + "'") && Catch::Contains("exists"));
   CHECK(shardguard::testing::slurp(dir / "a") == before);
 }
+
+TEST_CASE(
+    "A secret reached through a directory others can write is refused, naming the directory "
+    "(sshd's StrictModes); a sticky one passes") {
+  TempDir dir;
+  fs::create_directory(dir / "shared");
+  const std::string path = write_secret(dir, "shared/secret", kGood, 0600);
+  REQUIRE(load_secret_file(path).ok());
+
+  SECTION("group-writable, as mkdir -p under umask 002 in a setgid project directory makes it") {
+    REQUIRE(::chmod((dir / "shared").c_str(), 02775) == 0);
+    auto s = load_secret_file(path);
+    REQUIRE_FALSE(s.ok());
+    CHECK(s.error().code() == ErrorCode::kInvalid);
+    CHECK_THAT(s.error().message(),
+               Catch::Contains("reached through '" + (dir / "shared") + "' (mode 2775)") &&
+                   Catch::Contains("chmod go-w"));
+  }
+  SECTION("a link in a safe directory to a file in an unsafe one") {
+    REQUIRE(::chmod((dir / "shared").c_str(), 0777) == 0);
+    fs::create_directory(dir / "safe");
+    fs::create_symlink(path, dir / "safe/secret");
+    auto s = load_secret_file(dir / "safe/secret");
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message(), Catch::Contains("reached through '" + (dir / "shared") + "'"));
+  }
+  SECTION("sticky and world-writable (/tmp): nobody else can replace this user's entries") {
+    REQUIRE(::chmod((dir / "shared").c_str(), 01777) == 0);
+    CHECK(load_secret_file(path).ok());
+  }
+  SECTION("a directory owned by another user (needs root to set up)") {
+    if (::geteuid() != 0) return;
+    REQUIRE(::chown((dir / "shared").c_str(), 65534, 65534) == 0);
+    auto s = load_secret_file(path);
+    REQUIRE_FALSE(s.ok());
+    CHECK_THAT(s.error().message(), Catch::Contains("owned by uid 65534"));
+  }
+}

@@ -1,5 +1,7 @@
 // `shardguard simulate` through the binary: the table, the files under --out, --check-config,
 // and a config error (exit 2, naming file, line and key).
+#include <sys/stat.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 
@@ -67,4 +69,25 @@ TEST_CASE("shardguard simulate refuses a bad config with its file, line and key"
   r = run_command(shardguard_bin() + " simulate --config " + (tmp / "missing.toml"));
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.err, Catch::Contains("missing.toml"));
+}
+
+TEST_CASE(
+    "shardguard simulate refuses a trace that is a device or a FIFO, and a fleet beyond the "
+    "node limit, instead of reading or allocating without end",
+    "[sim][cli][integration]") {
+  TempDir tmp;
+  REQUIRE(::mkfifo((tmp / "fifo.json").c_str(), 0600) == 0);
+  for (const std::string& trace : {std::string("/dev/zero"), tmp / "fifo.json"}) {
+    INFO(trace);
+    spit(tmp / "fleet.toml", "[job]\nnodes = 4\n[preemption]\ntraces = [\"" + trace + "\"]\n");
+    const auto r = run_command("timeout 20 " + shardguard_bin() + " simulate --config " +
+                               (tmp / "fleet.toml") + " --check-config");
+    CHECK(r.exit_code == 2);  // 124: still reading at the timeout
+    CHECK_THAT(r.err, Catch::Contains("not a regular file"));
+  }
+  spit(tmp / "huge.toml", "[job]\nnodes = 1000000\n");
+  const auto r = run_command("timeout 20 " + shardguard_bin() + " simulate --config " +
+                             (tmp / "huge.toml") + " --check-config");
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("job.nodes: must be between 1 and 65536"));
 }
