@@ -90,27 +90,65 @@ void run_loop(ProductionDeps& production, Done done) {
   production.loop().run_for(200ms);
 }
 
+// The address of the node that coordinates the job now by the coordinator record, when that
+// is another node than `self` (a successor took over while this node was gone).
+std::optional<std::string> successor_holding_job(const io::Deps& deps, const std::string& location,
+                                                 supervisor::NodeId self) {
+  storage::StoreRef store(deps.checkpoints, deps.fs, location);
+  auto record = supervisor::load_coordinator_state(store.get());
+  if (!record.ok() || !*record || !(*record)->coordinator_node ||
+      *(*record)->coordinator_node == self)
+    return std::nullopt;
+  for (const auto& m : (*record)->members)
+    if (m.node == *(*record)->coordinator_node && !m.address.empty()) return m.address;
+  return std::nullopt;
+}
+
+// How the embedded coordinator ended: an exit code, or (a node rank 0 that finds its job held
+// by the successor that took over from it) the host of the coordinator to join instead.
+struct CoordinatorOutcome {
+  int exit_code = 0;
+  std::string join_host;
+};
+
 // This node embeds the coordinator: the decision core, the network side, its own ranks.
 // Inside a Slurm job it decides the job's requeue, from the notices of every node.
-int run_coordinator(ProductionDeps& production, supervisor::Supervisor& sup,
-                    supervisor::ClusterServer& server, const supervisor::JobConfig& cfg,
-                    const MultiNodeArgs& args, SlurmIntegration& slurm) {
+CoordinatorOutcome run_coordinator(ProductionDeps& production, supervisor::Supervisor& sup,
+                                   supervisor::ClusterServer& server,
+                                   const supervisor::JobConfig& cfg, const MultiNodeArgs& args,
+                                   SlurmIntegration& slurm) {
   const io::Deps& deps = production.deps();
   auto job = JobServices::start(
       deps, cfg, sup, [&](std::string_view event, const std::map<std::string, std::string>& f) {
         slurm.observe(event, f);
       });
-  if (!job.ok()) return fail(job.error().message(), kExitUsage);
+  if (!job.ok()) return {fail(job.error().message(), kExitUsage), {}};
   NodeServices node(deps, cfg,
                     {[&](const agent::Notice& n) { sup.notice(n); },
                      [&](const std::string& evidence) { sup.report_unhealthy(evidence); },
                      [&] { return sup.state(); }, [&] { return sup.finished(); }});
   sup.set_on_acknowledge([&](const agent::Notice& n) { node.acknowledge(n); });
   sup.set_on_finish([&](int code, const std::string& summary) { server.finish(code, summary); });
-  if (auto st = sup.start(); !st.ok())
-    return fail(st.error().message(), st.error().code() == ErrorCode::kFenced ? kExitConfig : kExitFailure);
+  if (auto st = sup.start(); !st.ok()) {
+    if (st.error().code() != ErrorCode::kFenced)
+      return {fail(st.error().message(), kExitFailure), {}};
+    // The location is held. When the record says a successor coordinates (it took over while
+    // this node was gone), this node joins it instead of refusing: a fixed-size job would
+    // otherwise wait out rendezvous_timeout for a node that never comes back.
+    const supervisor::NodeId self = args.placement.node_rank.value_or(0);
+    if (auto host = successor_holding_job(deps, cfg.checkpoint_dir, self)) {
+      spdlog::warn(
+          "node {}: {}; the coordinator record names the node at {} as the job's "
+          "coordinator (it took over): joining it",
+          self, st.error().message(), *host);
+      (*job)->stop();
+      server.stop();
+      return {0, *host};
+    }
+    return {fail(st.error().message(), kExitConfig), {}};
+  }
   server.set_job_id(sup.job_id());
-  if (auto st = node.start(); !st.ok()) return fail(st.error().message(), kExitFailure);
+  if (auto st = node.start(); !st.ok()) return {fail(st.error().message(), kExitFailure), {}};
   spdlog::info("coordinator of job '{}' on {}:{}, {} node(s) of {} rank(s)", sup.job_id(),
                args.placement.rdzv.host, args.placement.rdzv.port,
                agent::to_string(args.placement.nnodes), cfg.nproc);
@@ -118,7 +156,7 @@ int run_coordinator(ProductionDeps& production, supervisor::Supervisor& sup,
   node.stop();
   (*job)->stop();
   server.stop();
-  return slurm.finish(sup.exit_code());  // Slurm: requeue by its table, once for the job
+  return {slurm.finish(sup.exit_code()), {}};  // Slurm: requeue by its table, once for the job
 }
 
 // A node that follows the coordinator: its ranks, its services, the connection. When the
@@ -127,15 +165,18 @@ int run_coordinator(ProductionDeps& production, supervisor::Supervisor& sup,
 // (inside a Slurm job, the node that took over decides the requeue from then on).
 class FollowerNode {
  public:
+  // `coordinator_host`: where the coordinator is first looked for, when not the endpoint's host
+  // (a successor that holds the job).
   FollowerNode(ProductionDeps& production, const supervisor::JobConfig& cfg,
                std::shared_ptr<const net::Secret> secret, const MultiNodeArgs& args,
-               SlurmIntegration& slurm)
+               SlurmIntegration& slurm, std::string coordinator_host = {})
       : production_(production),
         deps_(production.deps()),
         cfg_(cfg),
         secret_(std::move(secret)),
         args_(args),
         slurm_(slurm),
+        initial_host_(std::move(coordinator_host)),
         launcher_(deps_.loop, deps_.launcher, supervisor::process_record_path(cfg.run_dir)) {}
 
   int run() {
@@ -162,6 +203,9 @@ class FollowerNode {
     co.nproc = cfg_.nproc;
     co.job_id = cfg_.job_id;
     co.coordinator_timeout = cfg_.coordinator_timeout;
+    co.term_grace = cfg_.term_grace;
+    if (!initial_host_.empty()) co.host = initial_host_;
+    following_ = co.host;
     client_ = std::make_unique<supervisor::ClusterClient>(deps_, co, *runner_);
     client_->set_on_away([this] { coordinator_away(); });
     node_ = std::make_unique<NodeServices>(
@@ -178,8 +222,8 @@ class FollowerNode {
                             {"coordinator", agent::to_string(args_.placement.rdzv)}});
     if (auto st = client_->start(); !st.ok()) return fail(st.error().message(), kExitFailure);
     if (auto st = node_->start(); !st.ok()) return fail(st.error().message(), kExitFailure);
-    spdlog::info("node of a {}-node job; coordinator at {}", agent::to_string(args_.placement.nnodes),
-                 agent::to_string(args_.placement.rdzv));
+    spdlog::info("node of a {}-node job; coordinator at {}:{}",
+                 agent::to_string(args_.placement.nnodes), co.host, co.port);
     run_loop(production_, [this] { return finished(); });
     node_->stop();
     if (server_) server_->stop();
@@ -215,6 +259,10 @@ class FollowerNode {
       successor_index_ = 0;
       return follow(*named);
     }
+    // Only a member of the running job takes over or looks for a successor: a node that never
+    // joined has no ranks to adopt, and a record of an earlier run names nobody who will
+    // answer. It waits for the coordinator until coordinator_timeout ends it.
+    if (!client_->joined()) return;
     std::vector<supervisor::CoordinatorState::Member> candidates;
     for (const auto& m : state.members)
       if (!state.coordinator_node || m.node != *state.coordinator_node) candidates.push_back(m);
@@ -310,6 +358,7 @@ class FollowerNode {
   std::shared_ptr<const net::Secret> secret_;
   MultiNodeArgs args_;
   SlurmIntegration& slurm_;
+  std::string initial_host_;
   supervisor::EventLog events_;
   supervisor::LocalLauncher launcher_;
   std::unique_ptr<supervisor::NodeRunner> runner_;
@@ -359,6 +408,7 @@ int run_multinode(const supervisor::JobConfig& config, const MultiNodeArgs& args
 
   const bool here = endpoint_is_here(p.rdzv.host, args.node_address);
   const bool coordinator_by_rank = p.node_rank && *p.node_rank == 0 && here;
+  std::string join_host;
   if (coordinator_by_rank || (!p.node_rank && here)) {
     // Node rank 0 runs the coordinator; without a rank, whoever binds the endpoint first does.
     supervisor::Supervisor sup(deps, cfg, so);
@@ -366,15 +416,28 @@ int run_multinode(const supervisor::JobConfig& config, const MultiNodeArgs& args
     auto bound = server.start();
     if (bound.ok()) {
       auto slurm = SlurmIntegration::attach(deps, cfg, SlurmRole::kDecides);
-      return run_coordinator(production, sup, server, cfg, args, *slurm);
-    }
-    if (coordinator_by_rank)
+      CoordinatorOutcome outcome = run_coordinator(production, sup, server, cfg, args, *slurm);
+      if (outcome.join_host.empty()) return outcome.exit_code;
+      join_host = std::move(outcome.join_host);
+    } else if (coordinator_by_rank) {
       return fail("cannot listen on " + agent::to_string(p.rdzv) + ": " + bound.error().message(),
                   kExitFailure);
-    spdlog::info("the endpoint {} is taken: another node coordinates", agent::to_string(p.rdzv));
+    } else {
+      spdlog::info("the endpoint {} is taken: another node coordinates", agent::to_string(p.rdzv));
+    }
+  } else if (p.node_rank && *p.node_rank == 0) {
+    // Said at once: a user who meant this node to coordinate learns here why it does not.
+    spdlog::warn(
+        "node rank 0 does not run the coordinator: {} is not an address of this node "
+        "(host name {}{}), so it expects a standalone `shardguard coordinator` at {}; "
+        "for this node to coordinate, give an endpoint on one of its addresses, or "
+        "--node-address {} if that address is this node's",
+        p.rdzv.host, host_name(),
+        args.node_address.empty() ? std::string() : ", --node-address " + args.node_address,
+        agent::to_string(p.rdzv), p.rdzv.host);
   }
   auto slurm = SlurmIntegration::attach(deps, cfg, SlurmRole::kFollows);
-  FollowerNode node(production, cfg, shared, args, *slurm);
+  FollowerNode node(production, cfg, shared, args, *slurm, join_host);
   return node.run();
 }
 

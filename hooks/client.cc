@@ -615,6 +615,11 @@ bool Client::should_exit() const {
   return impl_->exit_ready || impl_->stop_requested;
 }
 
+bool Client::emergency_committed() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->exit_ready;
+}
+
 checkpoint::ShardWriter Client::begin_save(uint64_t step) {
   checkpoint::WriterOptions w;
   w.checkpoint_dir = impl_->opt.checkpoint_dir;

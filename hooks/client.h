@@ -141,6 +141,9 @@ class Client {
   // True once an emergency checkpoint is committed or the agent said stop: exit cleanly
   // (with shardguard::kJobExitAfterEmergency, 75, after an emergency checkpoint).
   bool should_exit() const;
+  // True once an emergency checkpoint this process saved in is committed; false when
+  // should_exit() is true only because the supervisor said stop (a teardown, a stale rank).
+  bool emergency_committed() const;
   // Tells the supervisor that the resume checkpoint failed verification (`error` from the
   // reader: a block checksum mismatch names the file and offset). Exit with
   // shardguard::kJobExitResumeFailed afterwards: the supervisor sets the checkpoint aside

@@ -186,7 +186,14 @@ void AttemptMachine::Impl::begin_teardown(Now now, const std::string& why) {
   if (!attempt->launched || attempt->nodes_stopped.size() >= attempt->layout.size())
     return attempt_ended(now);
   command::TearDown down{attempt->epoch, why};
-  if (emergency && emergency->deadline != WallTime{}) down.kill_by = emergency->deadline;
+  // What is left of the ranks in an emergency is killed half the safety margin before the
+  // notice's deadline at the latest, so that the order holds whatever the term grace: saved by
+  // the deadline less the margin, killed by less half of it, the machine gone at the deadline
+  // (a term grace longer than the margin had a rank SIGKILLed after the cloud's time).
+  if (emergency && emergency->deadline != WallTime{}) {
+    const auto half_margin = std::chrono::duration_cast<WallTime::duration>(cfg.safety_margin / 2);
+    down.kill_by = std::max(now.wall, emergency->deadline - half_margin);
+  }
   out.push_back(std::move(down));
   arm(TimerId::kStopTimeout, now.steady + cfg.stop_timeout);
 }
@@ -221,17 +228,19 @@ void AttemptMachine::Impl::attempt_ended(Now now) {
   const uint64_t lost = cls == policies::ExitClass::kSuccess || a.max_step <= base ? 0 : a.max_step - base;
   lost_steps += lost;
   last_attempt_lost = lost;
-  EventFields end{{"attempt", a.epoch},
-                  {"class", std::string(policies::exit_class_name(cls))},
-                  {"detail", detail},
-                  {"seconds", to_seconds(now.steady - a.start)},
-                  {"max_step", a.max_step},
-                  {"lost_steps", lost},
-                  // For the loop breaker's count in the checkpoint directory: only crashes
-                  // and hangs point at the checkpoint (policies::RestartPolicy).
-                  {"by_notice", emergency.has_value() || (cls != policies::ExitClass::kCrash &&
-                                                          cls != policies::ExitClass::kHang &&
-                                                          cls != policies::ExitClass::kNoProgress)}};
+  EventFields end{
+      {"attempt", a.epoch},
+      {"class", std::string(policies::exit_class_name(cls))},
+      {"detail", detail},
+      {"seconds", to_seconds(now.steady - a.start)},
+      {"max_step", a.max_step},
+      {"lost_steps", lost},
+      {"by_notice", emergency.has_value()},
+      // For the loop breaker's count in the checkpoint directory: only crashes
+      // and hangs without a notice point at the checkpoint (policies::RestartPolicy).
+      {"blames_checkpoint", !emergency.has_value() && (cls == policies::ExitClass::kCrash ||
+                                                       cls == policies::ExitClass::kHang ||
+                                                       cls == policies::ExitClass::kNoProgress)}};
   if (a.resume_step) end.push_back({"resume_step", *a.resume_step});
   if (a.committed) end.push_back({"committed_step", *a.committed});
   record("attempt_end", std::move(end));
@@ -374,6 +383,7 @@ CoordinatorState AttemptMachine::snapshot(Now now) const {
   for (const auto& mem : m.members)
     if (mem.alive) s.members.push_back({mem.node, mem.address});
   if (m.any_committed) s.last_committed = m.last_committed;
+  if (m.emergency) s.notices = m.emergency->notices;
   for (auto c : kBudgetedClasses) {
     auto& times = s.restarts[std::string(policies::exit_class_name(c))];
     for (SteadyTime t : m.policy.granted(c))
@@ -402,8 +412,11 @@ Commands AttemptMachine::adopt(Now now, const CoordinatorState& s) {
   }
   // Everyone must come back to this coordinator; nobody is counted present before.
   for (const auto& mem : s.members) m.members.push_back({mem.node, mem.address, false, false});
-  m.record("adopt", {{"attempt", s.epoch}, {"running", s.running},
-                     {"nodes", uint64_t(s.members.size())}});
+  EventFields adopted{
+      {"attempt", s.epoch}, {"running", s.running}, {"nodes", uint64_t(s.members.size())}};
+  // What the predecessor committed: this run directory's timeline starts here.
+  if (s.last_committed) adopted.push_back({"last_committed", *s.last_committed});
+  m.record("adopt", adopted);
   if (s.running && !s.layout.empty()) {
     m.attempt.emplace();
     AttemptState& a = *m.attempt;
@@ -414,6 +427,10 @@ Commands AttemptMachine::adopt(Now now, const CoordinatorState& s) {
     a.world_size = s.world_size;
     a.ranks.assign(a.world_size, RankView{});
     a.resume_step = s.resume_step;
+    // A commit past the epoch's resume step was this epoch's: what it trained up to there is
+    // not lost when it ends (a successor counted its lost steps from the resume step).
+    if (s.last_committed && *s.last_committed > s.resume_step.value_or(0))
+      a.committed = s.last_committed;
     a.resume_manifest = s.resume_manifest;
     a.master_addr = s.master_addr;
     a.master_port = s.master_port;
@@ -421,6 +438,7 @@ Commands AttemptMachine::adopt(Now now, const CoordinatorState& s) {
     m.phase = Phase::kRunning;
     m.arm(TimerId::kRejoin, now.steady + m.cfg.rejoin_window);
     m.arm_periodic(now);
+    m.adopt_notices(now, s.notices);
     // Placed nodes the record no longer lists as members are known gone (the predecessor's
     // own node, when it died with it): no need to wait for them.
     for (const auto& slot : s.layout)
@@ -429,9 +447,23 @@ Commands AttemptMachine::adopt(Now now, const CoordinatorState& s) {
         m.lose_placed_node(now, slot.node, "gone with the previous coordinator");
   } else {
     m.phase = Phase::kPending;
-    m.maybe_begin(now);
+    m.adopt_notices(now, s.notices);
+    if (!m.finished) m.maybe_begin(now);
   }
   return std::move(m.out);
+}
+
+// The predecessor's emergency goes on here: its notices are taken again, deadlines as they
+// were, so that a drained or preempted node still stops by its own deadline (a successor had
+// adopted the epoch without them, and the drained node ran on for the rendezvous timeout).
+void AttemptMachine::Impl::adopt_notices(Now now, const std::vector<event::Notice>& notices) {
+  for (const auto& n : notices) {
+    record("notice_adopted", {{"node", uint64_t{n.node}},
+                              {"reason", n.detail},
+                              {"deadline_unix_ms", to_unix_ms(n.deadline)},
+                              {"seconds_left", to_seconds(n.deadline - now.wall)}});
+    start_emergency(now, n);
+  }
 }
 
 Phase AttemptMachine::phase() const { return impl_->phase; }
@@ -447,6 +479,18 @@ bool AttemptMachine::runs_on(NodeId node, Epoch epoch) const {
   if (a->nodes_stopped.contains(node)) return false;
   return std::any_of(a->layout.begin(), a->layout.end(),
                      [&](const NodeSlot& s) { return s.node == node; });
+}
+
+std::optional<AttemptMachine::RankSpan> AttemptMachine::ranks_of(NodeId node, Epoch epoch) const {
+  const auto& a = impl_->attempt;
+  if (!a || a->epoch != epoch) return std::nullopt;
+  for (const NodeSlot& s : a->layout)
+    if (s.node == node) return RankSpan{s.first_rank, s.nproc};
+  return RankSpan{};
+}
+
+uint32_t AttemptMachine::world_size() const {
+  return impl_->attempt ? impl_->attempt->world_size : 0;
 }
 
 MachineStats AttemptMachine::stats(Now now) const {

@@ -134,7 +134,7 @@ class AttemptMachine {
   // Before start(): the no-progress loop breaker's counts from earlier runs on the checkpoint
   // directory (policies::RestartPolicy::seed), so requeues and new runs continue them. The
   // machine reports what to add to them in its "attempt_end" records (resume_step,
-  // committed_step, by_notice) and in "fallback_checkpoint" records (step).
+  // committed_step, blames_checkpoint) and in "fallback_checkpoint" records (step).
   void seed_loop_breaker(std::map<std::optional<uint64_t>, uint32_t> failed_resumes,
                          std::set<uint64_t> fallback_tried);
   // Before start(): how long the last committed save took (an earlier attempt or run on this
@@ -161,6 +161,16 @@ class AttemptMachine {
   // True when `node`'s ranks of `epoch` are part of the attempt running now (not being torn
   // down, and the node not declared lost): a node rejoining with other ranks must stop them.
   bool runs_on(NodeId node, Epoch epoch) const;
+  // The ranks `node` holds in `epoch` when that is the attempt running now: [first, first +
+  // count). nullopt when `epoch` is not the current attempt's (the machine ignores its
+  // events anyway); {0, 0} when the node holds none of its ranks.
+  struct RankSpan {
+    uint32_t first = 0, count = 0;
+    bool contains(uint32_t rank) const { return rank >= first && rank - first < count; }
+  };
+  std::optional<RankSpan> ranks_of(NodeId node, Epoch epoch) const;
+  // The current attempt's world size (0 when none runs).
+  uint32_t world_size() const;
 
  private:
   struct Impl;

@@ -81,6 +81,9 @@ struct EmergencyState {
   std::optional<uint64_t> committed_step;
   std::string failure;          // why the emergency checkpoint did not commit, when known
   bool requested = false;       // checkpoint_now went out in this attempt
+  // The notices taken (detail: the reason), for the coordinator's record: a successor takes
+  // them again.
+  std::vector<event::Notice> notices;
 };
 
 // The divergence guard's memory across attempts (machine_guard.cc).
@@ -207,6 +210,10 @@ struct AttemptMachine::Impl {
   void arm_deadline(Now now);
   void emergency_committed(Now now, uint64_t step);
   std::string emergency_summary() const;
+  // Who had not done their part of saving `step` in this attempt, for a save that did not
+  // finish: the ranks whose part is not written yet, or the commit when every part is.
+  std::string unfinished_part(uint64_t step) const;
+  void adopt_notices(Now now, const std::vector<event::Notice>& notices);
   uint64_t margin(Now now) const;
   uint64_t known_max_step() const;
 

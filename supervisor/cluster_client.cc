@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
 
@@ -24,15 +25,23 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   ClusterClientOptions opt;
   NodeRunner& runner;
   std::unique_ptr<io::SecureChannel> channel;
-  std::unique_ptr<Timer> beat_timer, flush_timer, reconnect_timer;
+  std::unique_ptr<Timer> beat_timer, flush_timer, reconnect_timer, alone_timer;
   std::optional<io::ConnectionId> conn;
   bool welcomed_once = false;
   bool in_session = false;  // welcomed on the current connection
-  std::optional<SteadyTime> away_since;
+  SteadyTime started_at{};
+  // Since when no coordinator has been connected (from the start until a first welcome), and
+  // since when the current target has been tried.
+  std::optional<SteadyTime> away_since, target_since;
+  // Failed tries to reach a coordinator are logged at most once a period.
+  std::optional<SteadyTime> unreachable_logged_at;
+  uint64_t unreachable_unlogged = 0;
   bool finished = false;
   int exit_code = 0;
   bool giving_up = false;
+  bool authentication_failed = false;  // a peer at the target failed the secret's handshake
   std::string job_id;
+  std::string token;  // the coordinator's token for this node's id, shown when rejoining
   // Steps to forward, by epoch and rank (the newest wins).
   std::map<uint32_t, event::RankStep> pending_steps;  // scalar windows merged
   Epoch pending_epoch = 0;
@@ -57,7 +66,7 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
     if (finished || detached) return;
     auto c = channel->connect(opt.host, opt.port, io::ConnectOptions{2s, 1, 100ms, 1s});
     if (!c.ok()) {
-      spdlog::error("node: connect to {}:{}: {}", opt.host, opt.port, c.error().message());
+      note_unreachable(c.error().message());
       return schedule_reconnect();
     }
     conn = *c;
@@ -65,9 +74,11 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
 
   void schedule_reconnect() {
     if (finished || detached) return;
-    if (!away_since) away_since = d.clock.now();
-    if (d.clock.now() - *away_since > opt.coordinator_timeout) return give_up();
-    if (!away_reported && d.clock.now() - *away_since >= opt.takeover_after && on_away) {
+    const SteadyTime now = d.clock.now();
+    if (!away_since) away_since = now;
+    if (!target_since) target_since = now;
+    if (now - *away_since > opt.coordinator_timeout) return give_up();
+    if (!away_reported && now - *target_since >= opt.takeover_after && on_away) {
       away_reported = true;
       on_away();  // may retarget or detach
       if (detached || finished) return;
@@ -85,6 +96,7 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
     j.job_id = job_id;
     j.epoch = runner.running_epoch();
     j.rejoin = welcomed_once;
+    j.token = token;
     // The only message before the welcome.
     if (auto st = channel->send(*conn, wire::encode(wire::NodeToCoordinator(j))); !st.ok())
       spdlog::warn("node: join: {}", st.error().message());
@@ -116,9 +128,15 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
     runner.set_node(w.node);
     runner.set_job_id(w.job_id);
     job_id = w.job_id;
+    token = w.token;
     welcomed_once = true;
     in_session = true;
+    authentication_failed = false;
     away_since.reset();
+    target_since.reset();
+    unreachable_logged_at.reset();
+    unreachable_unlogged = 0;
+    alone_timer->cancel();  // a stop notice of the absence is the coordinator's to handle now
     away_reported = false;
     spdlog::info("node: joined job '{}' as node {}", w.job_id, w.node);
     while (!buffered.empty()) {
@@ -145,19 +163,93 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
 
   void on_closed(io::ConnectionId id, const std::string& reason) {
     if (!conn || id != *conn) return;
+    const bool was_in_session = in_session;
     conn.reset();
     in_session = false;
     if (finished) return;
     if (reason.find("handshake failed") != std::string::npos &&
         reason.find("waiting for") == std::string::npos) {
-      // The coordinator does not share our secret (or someone altered the exchange): trying
-      // again will not change that.
-      spdlog::error("node: could not authenticate with the coordinator: {}", reason);
-      return finish(kExitConfig);
+      // The peer does not share our secret, or someone altered the exchange. That proves only
+      // that whoever answered lacks the secret: anyone on the host can bind a successor's
+      // address first. Tried again until coordinator_timeout like any absence; a node that
+      // never met a peer holding the secret then ends as misconfigured (78).
+      authentication_failed = true;
+      note_unreachable("could not authenticate with it: " + reason);
+      return schedule_reconnect();
     }
-    spdlog::warn("node: lost the coordinator ({}); the ranks keep training while it is away",
-                 reason);
+    if (was_in_session)
+      spdlog::warn(
+          "node: lost the coordinator at {}:{} ({}); the ranks keep training while it is "
+          "away, for up to {} s",
+          opt.host, opt.port, reason, seconds(opt.coordinator_timeout));
+    else
+      note_unreachable(reason);
     schedule_reconnect();
+  }
+
+  static int64_t seconds(Duration d) {
+    return std::chrono::duration_cast<std::chrono::seconds>(d).count();
+  }
+
+  // How long the coordinator has been missing, in words.
+  std::string absence() const {
+    const SteadyTime now = d.clock.now();
+    if (!welcomed_once)
+      return "none reached since this node started " + std::to_string(seconds(now - started_at)) +
+             " s ago";
+    return "away for " + std::to_string(away_since ? seconds(now - *away_since) : 0) + " s";
+  }
+
+  // A try to reach the coordinator failed: said at once, then at most once a period with the
+  // count of the tries in between (a node tries twice a second).
+  void note_unreachable(const std::string& reason) {
+    const SteadyTime now = d.clock.now();
+    if (unreachable_logged_at && now - *unreachable_logged_at < opt.unreachable_log_period) {
+      ++unreachable_unlogged;
+      return;
+    }
+    unreachable_logged_at = now;
+    const Duration gone = now - away_since.value_or(welcomed_once ? now : started_at);
+    const int64_t left = std::max<int64_t>(0, seconds(opt.coordinator_timeout - gone));
+    spdlog::warn(
+        "node: cannot reach the coordinator at {}:{} ({}); {}{}; this node ends if none "
+        "answers within {} s",
+        opt.host, opt.port, reason, absence(),
+        unreachable_unlogged
+            ? ", " + std::to_string(unreachable_unlogged) + " more tries failed since the last line"
+            : std::string(),
+        left);
+    unreachable_unlogged = 0;
+  }
+
+  // A notice that this node goes away arrived while no coordinator is connected, so nobody can
+  // coordinate an emergency checkpoint. A node that never joined has nothing running and ends
+  // now; one whose coordinator is away waits for it as long as the notice allows (it takes the
+  // notice over when it comes back), then stops its ranks alone by the deadline.
+  void stop_notice_while_away(const agent::Notice& n) {
+    if (finished || giving_up || in_session) return;
+    if (!welcomed_once) {
+      spdlog::warn("node: {} ({}) and no coordinator was ever reached ({}); this node ends",
+                   n.detail, n.source, absence());
+      return finish(kExitPreempted);
+    }
+    const WallTime stop_at = n.deadline - opt.term_grace - 1s;
+    const auto wait = std::max<Duration>(Duration::zero(), stop_at - d.clock.wall_now());
+    spdlog::warn(
+        "node: {} ({}) while the coordinator is {}; waiting up to {} ms for it, then "
+        "this node stops its ranks alone",
+        n.detail, n.source, absence(),
+        std::chrono::duration_cast<std::chrono::milliseconds>(wait).count());
+    const std::string why = n.detail + " while no coordinator was connected";
+    const WallTime deadline = n.deadline;
+    alone_timer->arm(wait, [this, why, deadline] {
+      if (finished || giving_up || in_session) return;
+      giving_up = true;
+      spdlog::warn("node: {}: stopping this node's ranks alone", why);
+      auto epoch = runner.running_epoch();
+      if (!epoch) return finish(kExitPreempted);
+      runner.apply(command::TearDown{*epoch, why, deadline});
+    });
   }
 
   void report(Event e) {
@@ -199,8 +291,22 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
   void give_up() {
     if (giving_up) return;
     giving_up = true;
-    spdlog::error("node: no coordinator for {} s; stopping this node's ranks",
-                  std::chrono::duration_cast<std::chrono::seconds>(opt.coordinator_timeout).count());
+    if (!welcomed_once && authentication_failed) {
+      spdlog::error(
+          "node: could not authenticate with the coordinator at {}:{} in the {} s of "
+          "coordinator_timeout: check that every node has the job's secret file",
+          opt.host, opt.port, seconds(opt.coordinator_timeout));
+      return finish(kExitConfig);
+    }
+    if (!welcomed_once)
+      spdlog::error(
+          "node: no coordinator answered at {}:{} in the {} s of coordinator_timeout "
+          "since this node started; this node ends",
+          opt.host, opt.port, seconds(opt.coordinator_timeout));
+    else
+      spdlog::error(
+          "node: no coordinator for {} s (coordinator_timeout); stopping this node's ranks",
+          seconds(opt.coordinator_timeout));
     auto epoch = runner.running_epoch();
     if (!epoch) return finish(kExitPreempted);
     runner.apply(command::TearDown{*epoch, "no coordinator"});
@@ -213,6 +319,7 @@ struct ClusterClient::Impl : std::enable_shared_from_this<Impl> {
     beat_timer->cancel();
     flush_timer->cancel();
     reconnect_timer->cancel();
+    alone_timer->cancel();
     runner.stop();
   }
 };
@@ -231,15 +338,18 @@ ClusterClient::ClusterClient(const io::Deps& deps, ClusterClientOptions options,
   impl_->beat_timer = deps.timers.make_timer();
   impl_->flush_timer = deps.timers.make_timer();
   impl_->reconnect_timer = deps.timers.make_timer();
+  impl_->alone_timer = deps.timers.make_timer();
 }
 
 ClusterClient::~ClusterClient() {
   impl_->beat_timer->cancel();
   impl_->flush_timer->cancel();
   impl_->reconnect_timer->cancel();
+  impl_->alone_timer->cancel();
 }
 
 Status ClusterClient::start() {
+  impl_->started_at = impl_->d.clock.now();
   impl_->connect();
   impl_->beat();
   return {};
@@ -260,6 +370,7 @@ void ClusterClient::notice(const agent::Notice& n) {
   e.id = m.next_notice++;
   m.notices[e.id] = n;
   m.report(e);
+  if (n.is_preemption && !m.in_session) m.stop_notice_while_away(n);
 }
 
 void ClusterClient::unhealthy(const std::string& evidence, WallTime deadline) {
@@ -278,8 +389,9 @@ void ClusterClient::retarget(const std::string& host, uint16_t port) {
   m.opt.host = host;
   m.opt.port = port;
   m.detached = false;
-  m.away_since = m.d.clock.now();  // a fresh absence for the new target
+  m.target_since = m.d.clock.now();  // the absence itself goes on (away_since)
   m.away_reported = false;
+  m.unreachable_logged_at.reset();  // the first failure at the new target is said at once
   if (!m.conn) {
     m.reconnect_timer->cancel();
     m.connect();
@@ -295,6 +407,7 @@ void ClusterClient::detach() {
 }
 
 bool ClusterClient::finished() const { return impl_->finished; }
+bool ClusterClient::joined() const { return impl_->welcomed_once; }
 int ClusterClient::exit_code() const { return impl_->exit_code; }
 const std::string& ClusterClient::job_id() const { return impl_->job_id; }
 

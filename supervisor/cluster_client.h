@@ -3,7 +3,9 @@
 // heartbeats every second, forwards what its NodeRunner reports (step changes batched, at most
 // one report per `step_forward_interval`) and its local notices, and applies the commands it
 // receives to the NodeRunner. While the coordinator is away the ranks keep training and the
-// client keeps reconnecting; after `coordinator_timeout` without one it gives up.
+// client keeps reconnecting; after `coordinator_timeout` without one it gives up. A notice
+// that asks this node to stop (SIGTERM, a preemption) while no coordinator is connected is
+// honoured alone: the ranks are stopped before the notice's deadline and the node ends.
 // Thread-safety: loop thread only.
 #pragma once
 
@@ -35,6 +37,11 @@ struct ClusterClientOptions {
   Duration coordinator_timeout = std::chrono::minutes(2);
   // After the coordinator has been away this long, on_away is called (a successor may be due).
   Duration takeover_after = std::chrono::seconds(2);
+  // The ranks' term grace: a notice that asks this node to stop while no coordinator is
+  // connected stops the ranks alone this long (and a second) before the notice's deadline.
+  Duration term_grace = std::chrono::seconds(3);
+  // At most one line a period about a coordinator that cannot be reached.
+  Duration unreachable_log_period = std::chrono::seconds(10);
 };
 
 class ClusterClient {
@@ -50,10 +57,14 @@ class ClusterClient {
   void notice(const agent::Notice& notice);
   void unhealthy(const std::string& evidence, WallTime deadline);
   void set_on_acknowledge(std::function<void(const agent::Notice&)> cb);
-  // Called once per absence of the coordinator, `takeover_after` into it.
+  // Called once per target, `takeover_after` into the absence of its coordinator.
   void set_on_away(std::function<void()> cb);
-  // Reconnect to another coordinator from now on (a successor).
+  // Reconnect to another coordinator from now on (a successor). The absence goes on:
+  // coordinator_timeout counts from when the last coordinator was lost (or from the start when
+  // none was ever reached), however often the target changes.
   void retarget(const std::string& host, uint16_t port);
+  // Whether this node was welcomed by a coordinator in this run (it has a place in the job).
+  bool joined() const;
   // Stop talking to any coordinator: this node became the coordinator itself.
   void detach();
   // The job is over (the coordinator said so, or it stayed away): the exit code to use.

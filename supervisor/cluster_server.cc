@@ -5,8 +5,10 @@
 #include <map>
 #include <set>
 
+#include "core/log_limiter.h"
 #include "core/overload.h"
 #include "io/secure_channel.h"
+#include "net/crypto.h"
 #include "supervisor/node_protocol.h"
 
 namespace shardguard::supervisor {
@@ -27,11 +29,20 @@ struct ClusterServer::Impl : std::enable_shared_from_this<Impl> {
   };
   std::map<io::ConnectionId, Peer> peers;
   std::map<NodeId, io::ConnectionId> conn_of;
+  std::map<NodeId, std::string> tokens;  // the token each node id was last welcomed with
   NodeId next_id;
   bool finishing = false;
 
+  // What a node (or anything that got through the handshake) sends wrong is counted past 10
+  // lines a second per cause: 20,000 bad node messages had made 20,022 log lines.
+  LogLimiter limiter;
+
   Impl(const io::Deps& deps, ClusterServerOptions o, Supervisor& s)
-      : d(deps), opt(std::move(o)), shell(s), next_id(opt.first_free_id) {}
+      : d(deps),
+        opt(std::move(o)),
+        shell(s),
+        next_id(opt.first_free_id),
+        limiter(d.clock, {}, nullptr, &d.timers) {}
 
   void send(io::ConnectionId id, const wire::CoordinatorToNode& m) {
     if (auto st = channel->send(id, wire::encode(m)); !st.ok())
@@ -39,7 +50,7 @@ struct ClusterServer::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void refuse(io::ConnectionId id, const std::string& why) {
-    spdlog::warn("coordinator: refused a node: {}", why);
+    limiter.warn("coordinator refused a node", "coordinator: refused a node: " + why);
     send(id, wire::Refuse{why});
     channel->close(id);
   }
@@ -50,7 +61,9 @@ struct ClusterServer::Impl : std::enable_shared_from_this<Impl> {
     it->second.last_heard = d.clock.now();
     auto msg = wire::decode_from_node(payload);
     if (!msg.ok()) {
-      spdlog::warn("coordinator: bad message from connection {}: {}", id, msg.error().message());
+      limiter.warn("coordinator bad message", "coordinator: bad message from connection " +
+                                                  std::to_string(id) + ": " +
+                                                  msg.error().message());
       return;
     }
     std::visit(Overload{[&](const wire::Join& j) { on_join(id, it->second, j); },
@@ -71,7 +84,13 @@ struct ClusterServer::Impl : std::enable_shared_from_this<Impl> {
     if (j.node && !conn_of.contains(*j.node)) {
       node = *j.node;
     } else if (j.node && j.rejoin) {
-      // The same node reconnecting before its old connection was seen closed.
+      // The same node reconnecting before its old connection was seen closed: only the node
+      // welcomed under that id (its token) may replace the live connection. Every node holds
+      // the secret; without this, any of them could take another's id and speak for it.
+      const auto known = tokens.find(*j.node);
+      if (known == tokens.end() || j.token.empty() || j.token != known->second)
+        return refuse(id, "node " + std::to_string(*j.node) + " ('" + j.name +
+                              "') asked for the id of a connected node without its token");
       const io::ConnectionId old = conn_of[*j.node];
       peers.erase(old);
       channel->close(old);
@@ -80,9 +99,17 @@ struct ClusterServer::Impl : std::enable_shared_from_this<Impl> {
       while (conn_of.contains(next_id)) ++next_id;
       node = next_id++;
     }
+    // The token a node keeps for its rejoins: the same while it shows it, a new one for a
+    // node that comes without it (restarted, or new to this coordinator).
+    auto& token = tokens[node];
+    if (token.empty() || j.token != token) {
+      auto fresh = net::random_hex(32);
+      if (!fresh.ok()) return refuse(id, "no token for the node: " + fresh.error().message());
+      token = std::move(*fresh);
+    }
     peer.node = node;
     conn_of[node] = id;
-    send(id, wire::Welcome{node, opt.job_id});
+    send(id, wire::Welcome{node, opt.job_id, token});
     // A node that names no address is reached where its connection came from.
     std::string address = j.address;
     if (address.empty()) {
@@ -114,7 +141,7 @@ struct ClusterServer::Impl : std::enable_shared_from_this<Impl> {
                         [&](event::NodeUnhealthy& x) { x.node = node; },
                         [&](auto&) {}},
                e);
-    shell.node_event(std::move(e));
+    shell.node_event(node, std::move(e));
   }
 
   void on_closed(io::ConnectionId id, const std::string& reason) {

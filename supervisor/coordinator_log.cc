@@ -54,6 +54,16 @@ std::string coordinator_state_to_json(const CoordinatorState& s) {
     restarts[cls] = std::move(a);
   }
   o["restarts"] = std::move(restarts);
+  json::array notices;
+  for (const auto& n : s.notices)
+    notices.push_back(json::object{{"node", n.node},
+                                   {"source", n.source},
+                                   {"kind", n.kind},
+                                   {"reason", n.detail},
+                                   {"deadline_unix_ms", to_unix_ms(n.deadline)},
+                                   {"id", n.id},
+                                   {"preemption", n.preemption}});
+  o["notices"] = std::move(notices);
   o["written_unix_ms"] = s.written_unix_ms;
   return json::serialize(o) + "\n";
 }
@@ -116,6 +126,28 @@ Result<CoordinatorState> parse_coordinator_state(std::string_view text) {
       times.push_back(t.get_int64());
     }
     s.restarts[std::string(kv.key())] = std::move(times);
+  }
+  // Absent in records of builds before notices were kept.
+  if (const json::value* notices = f.optional("notices")) {
+    if (!notices->is_array()) return Error(ErrorCode::kCorrupt, "notices must be an array");
+    for (const auto& item : notices->get_array()) {
+      SG_ASSIGN_OR_RETURN(JsonFields nf, JsonFields::of(item, "notices[]"));
+      event::Notice n;
+      SG_ASSIGN_OR_RETURN(uint64_t node, nf.u64("node"));
+      n.node = static_cast<NodeId>(node);
+      SG_ASSIGN_OR_RETURN(n.source, nf.string("source"));
+      SG_ASSIGN_OR_RETURN(n.kind, nf.string("kind"));
+      SG_ASSIGN_OR_RETURN(n.detail, nf.string("reason"));
+      SG_ASSIGN_OR_RETURN(int64_t deadline, nf.i64("deadline_unix_ms"));
+      n.deadline = from_unix_ms(deadline);
+      SG_ASSIGN_OR_RETURN(n.id, nf.u64("id"));
+      SG_ASSIGN_OR_RETURN(const json::value* preemption, nf.any("preemption"));
+      if (!preemption->is_bool())
+        return Error(ErrorCode::kCorrupt, "notices[].preemption must be true or false");
+      n.preemption = preemption->get_bool();
+      SG_RETURN_IF_ERROR(nf.finish());
+      s.notices.push_back(std::move(n));
+    }
   }
   SG_ASSIGN_OR_RETURN(s.written_unix_ms, f.i64("written_unix_ms"));
   SG_RETURN_IF_ERROR(f.finish());

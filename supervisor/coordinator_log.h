@@ -34,11 +34,16 @@ struct CoordinatorState {
   struct Member {
     NodeId node = 0;
     std::string address;
+
+    bool operator==(const Member&) const = default;
   };
   std::vector<Member> members;
   std::string coordinator_address;  // host:port the coordinator listens on
   std::optional<NodeId> coordinator_node;  // the node it is embedded in, if any
   std::optional<uint64_t> last_committed;
+  // The stop notices of an emergency under way (detail: the reason), taken again by a
+  // successor with their deadlines.
+  std::vector<event::Notice> notices;
   // Restarts granted per exit class name, as wall-clock times (ms since the epoch).
   std::map<std::string, std::vector<int64_t>> restarts;
   int64_t written_unix_ms = 0;

@@ -94,6 +94,24 @@ void AttemptMachine::Impl::on(Now, const event::ShardWritten& e) {
   attempt->written.erase(attempt->written.begin(), attempt->written.find(e.step));
 }
 
+std::string AttemptMachine::Impl::unfinished_part(uint64_t step) const {
+  if (!attempt) return "no attempt running";
+  const auto it = attempt->written.find(step);
+  std::vector<uint32_t> missing;
+  for (uint32_t r = 0; r < attempt->world_size; ++r)
+    if (it == attempt->written.end() || !it->second.contains(r)) missing.push_back(r);
+  if (missing.empty())
+    return "every rank wrote its part of step " + std::to_string(step) + "; rank 0 did not commit";
+  constexpr size_t kNamed = 16;
+  std::string names;
+  for (size_t i = 0; i < missing.size() && i < kNamed; ++i)
+    names += (i ? ", " : "") + std::to_string(missing[i]);
+  if (missing.size() > kNamed) names += " and " + std::to_string(missing.size() - kNamed) + " more";
+  return std::string(missing.size() == 1 ? "rank " : "ranks ") + names + " of " +
+         std::to_string(attempt->world_size) + " had not written " +
+         (missing.size() == 1 ? "its" : "their") + " part of step " + std::to_string(step);
+}
+
 void AttemptMachine::Impl::check_save_window(Duration took, std::string_view when) {
   // No window configured (the simulator, unit tests): nothing to compare with.
   if (took <= Duration{0} || cfg.save_window.stop_grace <= Duration{0}) return;
@@ -311,6 +329,7 @@ void AttemptMachine::Impl::on(Now now, const event::NodeUnhealthy& e) {
 
 // `n.detail` holds the reason text.
 void AttemptMachine::Impl::start_emergency(Now now, const event::Notice& n) {
+  if (emergency) emergency->notices.push_back(n);
   if (emergency) {
     emergency->nodes.insert(n.node);
     if (n.id != 0) emergency->notice_ids.push_back(n.id);
@@ -327,6 +346,7 @@ void AttemptMachine::Impl::start_emergency(Now now, const event::Notice& n) {
     return;
   }
   emergency.emplace();
+  emergency->notices.push_back(n);
   emergency->reason = n.detail;
   emergency->node = n.node;
   emergency->nodes.insert(n.node);

@@ -62,6 +62,8 @@ struct NodeSlot {
   uint32_t node_rank = 0;
   uint32_t first_rank = 0;  // global rank of its local rank 0
   uint32_t nproc = 0;
+
+  bool operator==(const NodeSlot&) const = default;
 };
 
 namespace event {
@@ -175,6 +177,8 @@ struct Notice {
   WallTime deadline{};
   uint64_t id = 0;         // to acknowledge (Azure StartRequests) once the checkpoint commits
   bool preemption = true;  // the machine goes away (vs an operator's stop)
+
+  bool operator==(const Notice&) const = default;
 };
 struct NodeUnhealthy {
   NodeId node = 0;

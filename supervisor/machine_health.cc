@@ -15,12 +15,17 @@ void AttemptMachine::Impl::on(Now now, const event::TimerFired& e) {
   switch (e.id) {
     case TimerId::kBackoff:
       if (placeable_nodes().size() >= cfg.min_nodes) return begin_attempt(now);
+      // Said, so that `status` shows a job waiting for nodes, not one in backoff.
+      record("waiting_for_nodes", {{"nodes", uint64_t(placeable_nodes().size())},
+                                   {"min_nodes", uint64_t{cfg.min_nodes}}});
       phase = Phase::kPending;
       return maybe_begin(now);
     case TimerId::kDeadline:
       if (!attempt || attempt->tearing_down) return;
       if (emergency && emergency->failure.empty())
-        emergency->failure = "not committed before the deadline";
+        emergency->failure =
+            "not committed before the deadline (" +
+            (request ? unfinished_part(request->at_step) : std::string("no save asked")) + ")";
       return begin_teardown(now, "emergency deadline reached");
     case TimerId::kDrain:
       return begin_teardown(now, "ranks did not exit after the emergency checkpoint");

@@ -181,6 +181,7 @@ std::string encode(const NodeToCoordinator& m) {
                         o["job_id"] = j.job_id;
                         o["epoch"] = opt(j.epoch);
                         o["rejoin"] = j.rejoin;
+                        o["token"] = j.token;
                       },
                       [&](const Beat&) { o = base("beat"); },
                       [&](const Event& e) {
@@ -197,6 +198,7 @@ std::string encode(const CoordinatorToNode& m) {
                         o = base("welcome");
                         o["node"] = w.node;
                         o["job_id"] = w.job_id;
+                        o["token"] = w.token;
                       },
                       [&](const Command& c) {
                         auto enc = encode_command(c);
@@ -231,8 +233,10 @@ Result<NodeToCoordinator> decode_from_node(std::string_view payload) {
     SG_ASSIGN_OR_RETURN(j.job_id, r.str("job_id"));
     SG_ASSIGN_OR_RETURN(j.epoch, r.opt_u64("epoch"));
     SG_ASSIGN_OR_RETURN(j.rejoin, r.boolean("rejoin"));
-    if (j.name.size() > 255 || j.address.size() > 255 || j.job_id.size() > 128)
-      return Error(ErrorCode::kInvalid, "join: name, address or job id too long");
+    SG_ASSIGN_OR_RETURN(j.token, r.str("token"));
+    if (j.name.size() > 255 || j.address.size() > 255 || j.job_id.size() > 128 ||
+        j.token.size() > 128)
+      return Error(ErrorCode::kInvalid, "join: name, address, job id or token too long");
     out = j;
   } else if (type == "beat") {
     out = Beat{};
@@ -256,6 +260,7 @@ Result<CoordinatorToNode> decode_from_coordinator(std::string_view payload) {
     Welcome w;
     SG_ASSIGN_OR_RETURN(w.node, r.u32("node"));
     SG_ASSIGN_OR_RETURN(w.job_id, r.str("job_id"));
+    SG_ASSIGN_OR_RETURN(w.token, r.str("token"));
     out = w;
   } else if (type == "command") {
     SG_ASSIGN_OR_RETURN(std::string name, r.str("command"));

@@ -37,11 +37,15 @@ struct Join {
   std::string job_id;           // empty: the coordinator's
   std::optional<Epoch> epoch;   // the epoch whose ranks it runs now (rejoin), if any
   bool rejoin = false;          // it had been welcomed before (by this or a previous coordinator)
+  std::string token;            // the welcome's token (rejoin), which binds the id to this node
 };
 struct Beat {};
 struct Welcome {
   NodeId node = 0;
   std::string job_id;
+  // Random per node: a rejoin that would replace the id's live connection must show it, so
+  // another holder of the secret cannot take over a node's id (and speak for its ranks).
+  std::string token;
 };
 struct Finish {
   int exit_code = 0;

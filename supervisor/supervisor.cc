@@ -8,20 +8,21 @@
 
 #include "checkpoint/catalog.h"
 #include "checkpoint/paths.h"
+#include "core/exit_codes.h"
 #include "core/overload.h"
 #include "core/units.h"
 #include "io/event_loop.h"
-#include "core/exit_codes.h"
 #include "supervisor/attempt_machine.h"
 #include "supervisor/directory_keeper.h"
 #include "supervisor/event_log.h"
-#include "supervisor/timeline.h"
 #include "supervisor/local_launcher.h"
 #include "supervisor/machine_config.h"
 #include "supervisor/machine_metrics.h"
+#include "supervisor/node_claims.h"
 #include "supervisor/node_runner.h"
 #include "supervisor/rank_env.h"
 #include "supervisor/resume_plan.h"
+#include "supervisor/timeline.h"
 
 namespace shardguard::supervisor {
 struct Supervisor::Impl {
@@ -31,6 +32,7 @@ struct Supervisor::Impl {
   std::optional<WallTime> emergency_deadline;  // of the last emergency checkpoint asked for
   storage::StoreRef store;  // where the job's checkpoints live
   AttemptMachine machine;
+  RemoteNodeEvents remote_events;  // what the other nodes say, checked
   EventLog events;
   // The same records, understood: goodput for the metrics, as `status` computes it.
   Timeline timeline{TimelineOptions{{}, false}};
@@ -63,7 +65,11 @@ struct Supervisor::Impl {
         cfg(std::move(c)),
         opt(std::move(o)),
         store(d.checkpoints, d.fs, cfg.checkpoint_dir),
-        machine(config_of(cfg, opt), d.random.as_function()) {}
+        machine(config_of(cfg, opt), d.random.as_function()),
+        remote_events(
+            d.worker, store.get(), cfg.job_id, machine, d.clock, d.timers,
+            [this](Event e) { feed(std::move(e)); },
+            [this](std::string_view type, const EventFields& f) { record(type, f); }) {}
 
   static MachineConfig config_of(const JobConfig& cfg, const SupervisorOptions& o) {
     MachineConfig m = machine_config(cfg);
@@ -168,9 +174,12 @@ struct Supervisor::Impl {
       queue.pop_front();
       observe(next);
       execute(machine.handle(now(), next));
+      // A notice too: a successor takes the emergency over from the record (fault n2).
       if (std::holds_alternative<event::Committed>(next) ||
           std::holds_alternative<event::NodeJoined>(next) ||
-          std::holds_alternative<event::NodeLost>(next))
+          std::holds_alternative<event::NodeLost>(next) ||
+          std::holds_alternative<event::Notice>(next) ||
+          std::holds_alternative<event::NodeUnhealthy>(next))
         log_state();
     }
     feeding = false;
@@ -443,7 +452,9 @@ void Supervisor::remove_node(NodeId node, const std::string& why) {
   impl_->feed(event::NodeLost{node, why});
 }
 
-void Supervisor::node_event(Event event) { impl_->feed(std::move(event)); }
+void Supervisor::node_event(NodeId node, Event event) {
+  impl_->remote_events.on_event(node, std::move(event));
+}
 
 void Supervisor::set_on_finish(std::function<void(int, const std::string&)> cb) {
   impl_->on_finish = std::move(cb);

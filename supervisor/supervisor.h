@@ -75,7 +75,9 @@ class Supervisor {
   void add_node(NodeId node, const std::string& address,
                 std::function<void(const Command&)> send, std::optional<Epoch> running = {});
   void remove_node(NodeId node, const std::string& why);
-  void node_event(Event event);
+  // `node`'s event, from its connection: checked against what that node holds (its own ranks
+  // of the running attempt; a commit only from rank 0's node, read back before it counts).
+  void node_event(NodeId node, Event event);
   // Called once when the job ends, with its exit code and summary (to tell the nodes).
   void set_on_finish(std::function<void(int exit_code, const std::string& summary)> cb);
 

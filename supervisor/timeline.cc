@@ -314,6 +314,22 @@ void Timeline::State::feed(const TimelineRecord& r) {
   if (t == "notice") return on_notice(r, false);
   if (t == "deadline_shortened") return on_notice(r, true);
   if (t == "shrink") shrink_pending = true;
+  if (t == "waiting_for_nodes") {
+    // A job below its node count waits for nodes: that is waiting, not restarting.
+    if (spend != Spend::kNone) switch_to(r.time_unix_ms, Spend::kWaiting);
+    state = "waiting for nodes (" + std::to_string(r.count("nodes").value_or(0)) + " of " +
+            std::to_string(r.count("min_nodes").value_or(0)) + ")";
+  }
+  if (t == "adopt" && !last_checkpoint) {
+    // A successor's run directory: what the job had committed before it took over.
+    if (auto step = r.count("last_committed")) {
+      CheckpointView c;
+      c.step = *step;
+      c.time_unix_ms = r.time_unix_ms;
+      c.attempt = r.count("attempt").value_or(0);
+      last_checkpoint = std::move(c);
+    }
+  }
   if (t == "give_up" && !attempts.empty()) attempts.back().gave_up = r.text("why");
   if (t == "checkpoint_now" && r.text("kind") == "emergency") {
     if (AttemptView* a = open_attempt(r)) {
@@ -321,7 +337,8 @@ void Timeline::State::feed(const TimelineRecord& r) {
       if (state == "running" || state == "launching") state = "checkpointing";
     }
   }
-  if (t == "node_joined" && spend == Spend::kWaiting && r.count("nodes").value_or(1) > 0)
+  if (t == "node_joined" && spend == Spend::kWaiting && r.count("nodes").value_or(1) > 0 &&
+      state.rfind("waiting for nodes", 0) != 0)
     switch_to(r.time_unix_ms, Spend::kRestart);  // looking for the resume checkpoint
   if (t == "node_lost" && r.count("nodes") == uint64_t{0} && spend != Spend::kNone &&
       spend != Spend::kLaunching)

@@ -60,6 +60,10 @@ void Timeline::State::on_node_record(const TimelineRecord& r) {
       nodes[placed[i]].attempt = r.count("attempt");
       nodes[placed[i]].node_rank = static_cast<uint32_t>(i);
     }
+  } else if (t == "attempt_end") {
+    // Between attempts nobody runs: the nodes that did wait to be placed again.
+    for (auto& [id, n] : nodes)
+      if (n.state == "running") set(id, "waiting", "");
   } else if (t == "finish") {
     for (auto& [id, n] : nodes)
       if (n.state == "running" || n.state == "waiting" || n.state == "notified")

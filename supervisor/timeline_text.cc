@@ -153,6 +153,12 @@ std::string describe_raw(const TimelineRecord& r) {
   }
   if (t == "backoff")
     return with_detail("restart in " + seconds_field(r, "seconds"), r.text("why"));
+  if (t == "waiting_for_nodes")
+    return "waiting for nodes: " + count_field(r, "nodes") + " of the " +
+           count_field(r, "min_nodes") + " needed";
+  if (t == "adopt" && r.count("last_committed"))
+    return "took the job over from its record (attempt " + count_field(r, "attempt") +
+           ", last committed step " + count_field(r, "last_committed") + ")";
   if (t == "shrink")
     return "continuing on " + plural(r.count("nodes").value_or(0), "node") + ": " + r.text("why");
   if (t == "give_up") return "gave up (" + r.text("class") + "): " + r.text("why");

@@ -312,8 +312,11 @@ int run(const Flags& f) {
       }
     }
     if ((*client)->should_exit()) {
-      spdlog::warn("trainer rank {}: stopping after the emergency checkpoint of step {}", o.rank,
-                   (*client)->last_committed_step());
+      if ((*client)->emergency_committed())
+        spdlog::warn("trainer rank {}: stopping after the emergency checkpoint of step {}", o.rank,
+                     (*client)->last_committed_step());
+      else
+        spdlog::warn("trainer rank {}: stopping: the supervisor said stop", o.rank);
       shard.synchronize();
       return shardguard::kJobExitAfterEmergency;
     }

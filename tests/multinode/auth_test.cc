@@ -1,8 +1,8 @@
 // The network plane of a multi-node job against an outsider: a node started with the wrong
-// secret is refused (it exits 78, the coordinator logs the failed handshake) and the job does
-// not notice; a node<->coordinator session recorded by a proxy on the path and replayed - the
-// whole session on a new connection, or one captured frame into the live connection - is
-// rejected and logged, and the job goes on to a bit-identical end.
+// secret is refused (it retries until coordinator_timeout, then exits 78; the coordinator logs
+// the failed handshakes) and the job does not notice; a node<->coordinator session recorded by a
+// proxy on the path and replayed - the whole session on a new connection, or one captured frame
+// into the live connection - is rejected and logged, and the job goes on to a bit-identical end.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -67,6 +67,9 @@ TEST_CASE(
   ClusterOptions o;
   o.nodes = 3;
   o.nnodes = "3";
+  // A peer that fails the handshake proves only that one of the two lacks the secret (anyone
+  // can bind an address first): the node retries until coordinator_timeout, then exits 78.
+  o.job_config = "coordinator_timeout = \"8s\"\n";
   o.trainer_args = train_args(600);
   Cluster c(o);
   c.start_all();
@@ -84,6 +87,8 @@ TEST_CASE(
   CHECK(code == 78);
   CHECK_THAT(slurp(c.tmp() / "intruder.log"),
              Catch::Contains("could not authenticate with the coordinator"));
+  CHECK_THAT(slurp(c.tmp() / "intruder.log"),
+             Catch::Contains("check that every node has the job's secret file"));
 
   REQUIRE(c.wait_all(0, 120s));
   CHECK_THAT(c.log(0), Catch::Contains("handshake failed"));

@@ -11,9 +11,11 @@
 #include <fstream>
 #include <thread>
 
+#include "supervisor/rank_log_tail.h"
 #include "tests/multinode/checks.h"
 #include "tests/multinode/cluster.h"
 #include "tests/support/proc_tools.h"
+#include "tests/support/temp_dir.h"
 
 using namespace shardguard::testing;
 using namespace shardguard::testing::multinode;
@@ -226,7 +228,14 @@ TEST_CASE(
   REQUIRE(stale);  // frozen with its node
   thaw_node_2(c);
   CHECK_THAT(c.log(0), Catch::Contains("node 2 still runs ranks of attempt 0: stopping them"));
-  CHECK(!process_alive(*stale));
+  // The rank leaves the launcher's view (its environment is gone) while it is still exiting:
+  // the process itself is given a few seconds to be gone.
+  CHECK(eventually([&] { return !process_alive(*stale); }, 5000ms));
+  // Its epoch wrote no emergency checkpoint, and the rank does not claim one.
+  const std::string stale_log =
+      shardguard::testing::slurp(shardguard::supervisor::rank_log_path(c.run_dir(2), 0, 2));
+  CHECK_THAT(stale_log, Catch::Contains("stopping: the supervisor said stop"));
+  CHECK_THAT(stale_log, !Catch::Contains("stopping after the emergency checkpoint"));
   REQUIRE(c.wait_all(0, 120s));
   check_history(c.events(), c.ckpt());
   verify_resume_dumps(c.dump_dir());

@@ -30,6 +30,7 @@ TEST_CASE("a notice asks every rank for one step, commits, drains, and exits 75"
   d.beat(110);
   d.advance(1s);
   d.beat(120);  // 10 steps/s
+  const WallTime noticed = d.now().wall;
   d.notice(30s, "spot-interruption", 0, 77);
   auto c = d.last<command::CheckpointNow>();
   REQUIRE(c);
@@ -51,6 +52,9 @@ TEST_CASE("a notice asks every rank for one step, commits, drains, and exits 75"
   CHECK(d.all_of<command::TearDown>().empty());
   d.exit_rank(1, 75);
   REQUIRE(d.last<command::TearDown>());
+  // A rank that ignores the stop is killed before the machine's time, whatever the term
+  // grace (3 s by default, over the 2 s margin): half the margin before the notice's deadline.
+  CHECK(d.last<command::TearDown>()->kill_by == noticed + 29s);
   d.confirm_teardown();
   REQUIRE(d.machine().finished());
   CHECK(d.machine().exit_code() == kExitPreempted);
@@ -101,13 +105,17 @@ TEST_CASE("two notices: the earliest deadline wins; a later one changes nothing"
   d.notice(100s, "maintenance");
   CHECK(d.all_of<command::CheckpointNow>().size() == 2);
   CHECK(d.timer_in(TimerId::kDeadline) == Duration(4s));
+  // Rank 1 wrote its part, rank 0 never did: the failure names rank 0.
+  d.feed(event::ShardWritten{d.epoch(), 1, c->at_step});
   d.advance(4s);
   REQUIRE(d.last<command::TearDown>());
   CHECK(d.last<command::TearDown>()->why == "emergency deadline reached");
   d.confirm_teardown();
   CHECK(d.machine().exit_code() == kExitPreempted);
   CHECK_THAT(d.last<command::Finish>()->summary,
-             Catch::Contains("FAILED: not committed before the deadline"));
+             Catch::Contains("FAILED: not committed before the deadline (rank 0 of 2 had not "
+                             "written its part of step " +
+                             std::to_string(c->at_step) + ")"));
 }
 
 TEST_CASE("deadlines shorter than the safety margin, or already past, are still tried",

@@ -24,6 +24,14 @@ MachineConfig elastic(uint32_t min_nodes, uint32_t max_nodes) {
 
 void join(MachineDriver& d, NodeId n) { d.feed(event::NodeJoined{n, "host" + std::to_string(n)}); }
 
+// Nodes 1, 2 and 3 joined and launched from a fresh start.
+void start_three(MachineDriver& d) {
+  d.start();
+  for (NodeId n : {1u, 2u, 3u}) join(d, n);
+  d.resume(std::nullopt);
+  d.launched();
+}
+
 }  // namespace
 
 TEST_CASE("the job launches when MAX nodes joined, or MIN after the join window",
@@ -243,4 +251,55 @@ TEST_CASE("a successor coordinator adopts the running epoch; nodes that do not c
   REQUIRE(l);
   CHECK(l->epoch == 2);
   CHECK(l->nodes.size() == 2);
+}
+
+TEST_CASE(
+    "after a take-over the adopted epoch's lost steps count from its last commit, and no notice "
+    "is claimed where none came",
+    "[machine][multinode][unit]") {
+  MachineConfig c = elastic(2, 3);
+  MachineDriver d(c);
+  start_three(d);
+  d.beat(200);
+  d.commit(200);
+  d.beat(210);
+  const CoordinatorState state = d.machine().snapshot(d.now());
+  REQUIRE(state.last_committed == 200u);
+
+  MachineDriver s(c);
+  s.adopt(state);
+  s.feed(event::NodeJoined{2, "host2"});
+  s.feed(event::NodeJoined{3, "host3"});
+  s.feed(event::Heartbeats{s.epoch(), {{0, 239, {}}, {1, 239, {}}, {2, 239, {}}}, std::nullopt});
+  s.advance(5s);  // node 1 never comes back: the epoch is torn down
+  for (NodeId n : {2u, 3u}) s.feed(event::NodeStopped{s.epoch(), n});
+  CHECK(s.last_field("attempt_end", "lost_steps") == "39");  // 239 - 200, not 239 - 0
+  CHECK(s.last_field("attempt_end", "committed_step") == "200");
+  CHECK(s.last_field("attempt_end", "by_notice") == "false");
+  CHECK(s.last_field("attempt_end", "blames_checkpoint") == "false");  // a node lost
+}
+
+TEST_CASE(
+    "a notice under way when the coordinator dies is in its record, and its successor takes it "
+    "again with its deadline",
+    "[machine][multinode][unit]") {
+  MachineConfig c = elastic(2, 3);
+  MachineDriver d(c);
+  start_three(d);
+  d.beat(100);
+  const WallTime deadline = d.now().wall + 30s;
+  d.notice(30s, "spot-interruption", 3, 7);
+  REQUIRE(d.last<command::CheckpointNow>());
+  const CoordinatorState state = d.machine().snapshot(d.now());
+  REQUIRE(state.notices.size() == 1);
+  CHECK(state.notices[0].node == 3);
+  CHECK(state.notices[0].deadline == deadline);
+  MachineDriver s(c);
+  s.adopt(state);
+  CHECK(s.records("notice_adopted").size() == 1);
+  auto again = s.last<command::CheckpointNow>();
+  REQUIRE(again);
+  CHECK(again->kind == CheckpointKind::kEmergency);
+  CHECK(again->deadline == deadline - 2s);  // the same deadline less the safety margin
+  CHECK(s.timer_armed(TimerId::kDeadline));
 }

@@ -98,11 +98,15 @@ TEST_CASE("node protocol: commands round-trip", "[supervisor][unit]") {
 }
 
 TEST_CASE("node protocol: join, welcome, finish; decoding is strict", "[supervisor][unit]") {
-  Join j{3, "gpu-node-3", "10.0.0.3", 8, "llama", 5, true};
+  Join j{3, "gpu-node-3", "10.0.0.3", 8, "llama", 5, true, "tok3"};
   auto jb = decode_from_node(encode(NodeToCoordinator(j)));
   REQUIRE(jb.ok());
   CHECK(std::get<Join>(*jb).epoch == 5u);
   CHECK(std::get<Join>(*jb).rejoin);
+  CHECK(std::get<Join>(*jb).token == "tok3");
+  auto wb = decode_from_coordinator(encode(CoordinatorToNode(Welcome{3, "llama", "tok3"})));
+  REQUIRE(wb.ok());
+  CHECK(std::get<Welcome>(*wb).token == "tok3");
   auto fin = decode_from_coordinator(encode(CoordinatorToNode(Finish{75, "preempted"})));
   REQUIRE(fin.ok());
   CHECK(std::get<Finish>(*fin).exit_code == 75);
