@@ -3,6 +3,9 @@
 #include "supervisor/coordinator_log.h"
 
 #include <catch2/catch.hpp>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
 
 using namespace shardguard;
 using namespace shardguard::supervisor;
@@ -58,4 +61,19 @@ TEST_CASE("the coordinator record refuses a notice with a field of the wrong typ
   auto bad = parse_coordinator_state(text);
   REQUIRE_FALSE(bad.ok());
   CHECK_THAT(bad.error().message(), Catch::Contains("preemption"));
+}
+
+TEST_CASE("the fuzz target's seed records parse (a record with a notice, one of an older build)",
+          "[supervisor][unit]") {
+  const char* src = std::getenv("SHARDGUARD_SOURCE_DIR");
+  REQUIRE(src != nullptr);
+  for (const char* name : {"running-with-notice.json", "pending-older-build.json"}) {
+    INFO(name);
+    std::ifstream in(std::string(src) + "/fuzz/corpus/coordinator/" + name);
+    REQUIRE(in);
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    auto s = parse_coordinator_state(text);
+    REQUIRE(s.ok());
+    CHECK(s->job_id == "j");
+  }
 }
