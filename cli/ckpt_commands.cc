@@ -180,7 +180,9 @@ int run_inspect(const std::string& dir, std::optional<uint64_t> step, bool hash,
     return kExitOk;
   }
   if (as_json) {
+    // JSON still, but nothing in it (a tensor name, the user's state) drives a terminal.
     std::string text = manifest_to_json(m);
+    if (::isatty(STDOUT_FILENO)) text = escape_json_for_terminal(text);
     std::fputs(text.c_str(), stdout);
     return kExitOk;
   }

@@ -2,35 +2,34 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
-
-#include <CLI/CLI.hpp>
-
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <charconv>
 #include <filesystem>
 
+#include "agent/cloud_identify.h"
+#include "agent/scheduler_env.h"
+#include "agent/slurm_policy.h"
+#include "agent/slurm_scontrol.h"
 #include "cli/checkpoint_location.h"
 #include "cli/job_services.h"
 #include "cli/node_services.h"
 #include "cli/production_deps.h"
 #include "cli/run_multinode.h"
 #include "cli/slurm_integration.h"
-#include "core/units.h"
 #include "core/exit_codes.h"
+#include "core/terminal_text.h"
+#include "core/units.h"
 #include "io/event_loop.h"
 #include "io/http_server.h"
 #include "io/process.h"
-#include "agent/cloud_identify.h"
-#include "agent/scheduler_env.h"
-#include "agent/slurm_policy.h"
-#include "agent/slurm_scontrol.h"
-#include "supervisor/job_config_toml.h"
 #include "policies/signal_names.h"
 #include "supervisor/event_log.h"
+#include "supervisor/job_config_toml.h"
 #include "supervisor/machine_config.h"
-#include "supervisor/resume_plan.h"
 #include "supervisor/rank_env.h"
+#include "supervisor/resume_plan.h"
 #include "supervisor/run_dir_lock.h"
 #include "supervisor/supervisor.h"
 
@@ -131,7 +130,8 @@ int run_single(supervisor::JobConfig cfg, const OpenedLocation& where) {
   // Before anything else in the run directory: a second supervisor there is refused.
   auto run_dir = supervisor::claim_run_dir(deps.fs, deps.clock, cfg.run_dir);
   if (!run_dir.ok()) {
-    std::fprintf(stderr, "shardguard run: %s\n", run_dir.error().message().c_str());
+    std::fprintf(stderr, "shardguard run: %s\n",
+                 escape_lines_for_terminal(run_dir.error().message()).c_str());
     return run_dir.error().code() == ErrorCode::kFenced ? kExitConfig : kExitFailure;
   }
   auto slurm = SlurmIntegration::attach(deps, cfg);  // inside a Slurm job: its defaults
@@ -141,7 +141,8 @@ int run_single(supervisor::JobConfig cfg, const OpenedLocation& where) {
         slurm->observe(event, f);
       });
   if (!job.ok()) {
-    std::fprintf(stderr, "shardguard run: %s\n", job.error().message().c_str());
+    std::fprintf(stderr, "shardguard run: %s\n",
+                 escape_lines_for_terminal(job.error().message()).c_str());
     return kExitUsage;
   }
   NodeServices node(deps, cfg,
@@ -150,14 +151,16 @@ int run_single(supervisor::JobConfig cfg, const OpenedLocation& where) {
                      [&] { return sup.state(); }, [&] { return sup.finished(); }});
   sup.set_on_acknowledge([&](const agent::Notice& n) { node.acknowledge(n); });
   if (auto st = sup.start(); !st.ok()) {
-    std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
+    std::fprintf(stderr, "shardguard run: %s\n",
+                 escape_lines_for_terminal(st.error().message()).c_str());
     // A directory that is another job's, or requeues that keep failing: requeue will not help.
     // A bad --resume-from (no such step, or none without --fresh): the flags are wrong.
     if (st.error().code() == ErrorCode::kFenced) return kExitConfig;
     return st.error().code() == ErrorCode::kInvalid ? kExitUsage : kExitFailure;
   }
   if (auto st = node.start(); !st.ok()) {
-    std::fprintf(stderr, "shardguard run: %s\n", st.error().message().c_str());
+    std::fprintf(stderr, "shardguard run: %s\n",
+                 escape_lines_for_terminal(st.error().message()).c_str());
     return kExitFailure;
   }
   while (!sup.finished()) production.loop().run_until([&] { return sup.finished(); }, std::chrono::hours(24));
@@ -171,7 +174,8 @@ int run_single(supervisor::JobConfig cfg, const OpenedLocation& where) {
 int run(const RunArgs& a) {
   auto cfg = build_config(a);
   if (!cfg.ok()) {
-    std::fprintf(stderr, "shardguard run: %s\n", cfg.error().message().c_str());
+    std::fprintf(stderr, "shardguard run: %s\n",
+                 escape_lines_for_terminal(cfg.error().message()).c_str());
     return kExitUsage;
   }
   // Slurm's own expansion of a node list (n[1-3]), bounded and with SIGTERM ignored.
@@ -179,7 +183,8 @@ int run(const RunArgs& a) {
   auto placement = agent::resolve_placement(agent::environment_snapshot(), a.placement,
                                             scontrol.hostnames_function());
   if (!placement.ok()) {
-    std::fprintf(stderr, "shardguard run: %s\n", placement.error().message().c_str());
+    std::fprintf(stderr, "shardguard run: %s\n",
+                 escape_lines_for_terminal(placement.error().message()).c_str());
     return kExitUsage;
   }
   // Under Slurm with SBATCH_SIGNAL, the signal's lead is a window the emergency save must fit
@@ -193,7 +198,8 @@ int run(const RunArgs& a) {
   auto where = open_location(cfg->checkpoint_dir, cfg->storage, PosixFilesystem::instance(),
                              /*probe=*/true);
   if (!where.ok()) {
-    std::fprintf(stderr, "shardguard run: %s\n", where.error().message().c_str());
+    std::fprintf(stderr, "shardguard run: %s\n",
+                 escape_lines_for_terminal(where.error().message()).c_str());
     if (a.check_config) return kExitUsage;
     // Nothing a requeue changes: a bad location or setting, a missing bucket, refused keys.
     return where.error().code() == ErrorCode::kIo || where.error().code() == ErrorCode::kTimeout

@@ -1,5 +1,4 @@
 #include "cli/run_multinode.h"
-#include "core/host_name.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -18,6 +17,8 @@
 #include "cli/production_deps.h"
 #include "cli/slurm_integration.h"
 #include "core/exit_codes.h"
+#include "core/host_name.h"
+#include "core/terminal_text.h"
 #include "io/event_loop.h"
 #include "net/secret.h"
 #include "supervisor/cluster_client.h"
@@ -79,7 +80,7 @@ bool endpoint_is_here(const std::string& host, const std::string& node_address) 
 }
 
 int fail(const std::string& message, int code) {
-  std::fprintf(stderr, "shardguard run: %s\n", message.c_str());
+  std::fprintf(stderr, "shardguard run: %s\n", escape_lines_for_terminal(message).c_str());
   return code;
 }
 

@@ -85,4 +85,44 @@ std::string escape_for_terminal(std::string_view text) {
   return out;
 }
 
+std::string escape_lines_for_terminal(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  size_t start = 0;
+  while (true) {
+    const size_t eol = text.find('\n', start);
+    out +=
+        escape_for_terminal(text.substr(start, eol == std::string_view::npos ? eol : eol - start));
+    if (eol == std::string_view::npos) break;
+    out += '\n';
+    start = eol + 1;
+  }
+  return out;
+}
+
+std::string escape_json_for_terminal(std::string_view json) {
+  std::string out;
+  out.reserve(json.size());
+  size_t i = 0;
+  char buf[12];
+  while (i < json.size()) {
+    uint32_t cp = 0;
+    const size_t n = decode_utf8(json.substr(i), cp);
+    if (n == 0) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned char>(json[i]));
+      out += buf;
+      ++i;
+      continue;
+    }
+    if (cp == 0x7F || (cp >= 0x80 && cp <= 0x9F) || is_bidi_control(cp)) {
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+      out += buf;
+    } else {
+      out.append(json.substr(i, n));
+    }
+    i += n;
+  }
+  return out;
+}
+
 }  // namespace shardguard

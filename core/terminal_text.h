@@ -16,4 +16,14 @@ namespace shardguard {
 // passes unchanged. A backslash is left as it is: the result is for reading, not for parsing.
 std::string escape_for_terminal(std::string_view text);
 
+// The same line by line: the newlines between lines stay (a message of several problems, one
+// a line), everything else in each line is escaped as above.
+std::string escape_lines_for_terminal(std::string_view text);
+
+// JSON text for a terminal that stays the same JSON: DEL, C1 controls and bidirectional
+// overrides (which the serializer leaves raw, and which can only stand inside strings) become
+// \uXXXX escapes; bytes that are not valid UTF-8 become \u00XX (the text changes there, as
+// it would for any reader that needs UTF-8). C0 controls are the serializer's to escape.
+std::string escape_json_for_terminal(std::string_view json);
+
 }  // namespace shardguard

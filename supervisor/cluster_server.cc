@@ -7,6 +7,7 @@
 
 #include "core/log_limiter.h"
 #include "core/overload.h"
+#include "core/terminal_text.h"
 #include "io/secure_channel.h"
 #include "net/crypto.h"
 #include "supervisor/node_protocol.h"
@@ -66,13 +67,16 @@ struct ClusterServer::Impl : std::enable_shared_from_this<Impl> {
                                                   msg.error().message());
       return;
     }
-    std::visit(Overload{[&](const wire::Join& j) { on_join(id, it->second, j); },
-                        [&](const wire::Beat&) {},
-                        [&](const Event& e) { on_event(it->second, e); }},
-               *msg);
+    std::visit(
+        Overload{[&](wire::Join& j) { on_join(id, it->second, std::move(j)); },
+                 [&](const wire::Beat&) {}, [&](const Event& e) { on_event(it->second, e); }},
+        *msg);
   }
 
-  void on_join(io::ConnectionId id, Peer& peer, const wire::Join& j) {
+  void on_join(io::ConnectionId id, Peer& peer, wire::Join j) {
+    // Shown in logs and refusals: a node's words are data, never terminal control.
+    j.name = escape_for_terminal(j.name);
+    j.address = escape_for_terminal(j.address);
     if (peer.node) return refuse(id, "joined twice on one connection");
     if (j.nproc != opt.nproc_per_node)
       return refuse(id, "node '" + j.name + "' runs " + std::to_string(j.nproc) +

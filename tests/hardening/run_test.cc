@@ -261,3 +261,15 @@ TEST_CASE(
                                   Catch::Contains("whoever made it can rewrite the job's records"));
   }
 }
+
+TEST_CASE("a config error that quotes the file's own bytes shows them escaped, never raw",
+          "[integration]") {
+  RunDirs d;
+  // A quoted key with ESC [2J (clear the screen) in it: the error names the key.
+  spit(d.config(), "[job]\ncheckpoint_dir = \"" + d.ckpt() + "\"\n\"evil\\u001b[2J\\u202e\" = 1\n");
+  auto r = spawn(run_argv(d, 1, kTrain));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Contains("evil\\x1b[2J\\u202e"));
+  CHECK(r.err.find('\x1b') == std::string::npos);
+  CHECK(r.err.find("\xe2\x80\xae") == std::string::npos);
+}

@@ -5,6 +5,8 @@
 #include <catch2/catch.hpp>
 
 using shardguard::escape_for_terminal;
+using shardguard::escape_json_for_terminal;
+using shardguard::escape_lines_for_terminal;
 
 TEST_CASE("Control characters, ANSI escapes and bidi overrides become visible",
           "[terminal_text][unit]") {
@@ -40,4 +42,24 @@ TEST_CASE("No byte below 0x20 survives, whatever the input", "[terminal_text][un
   size_t controls = 0;
   for (unsigned char c : e) controls += (c < 0x20 || c == 0x7f) ? 1 : 0;
   CHECK(controls == 0);
+}
+
+TEST_CASE("A message of several lines keeps its line breaks, each line escaped",
+          "[terminal_text][unit]") {
+  CHECK(escape_lines_for_terminal("job.toml:3: \x1b[2Jbad\njob.toml:4: ok") ==
+        "job.toml:3: \\x1b[2Jbad\njob.toml:4: ok");
+  CHECK(escape_lines_for_terminal("") == "");
+  CHECK(escape_lines_for_terminal("a\n") == "a\n");
+}
+
+TEST_CASE("JSON for a terminal stays JSON: DEL, C1 and bidi overrides become \\u escapes",
+          "[terminal_text][unit]") {
+  // What a serializer leaves raw inside a string: DEL, a C1 CSI, RIGHT-TO-LEFT OVERRIDE.
+  CHECK(escape_json_for_terminal("{\"name\":\"a\x7f"
+                                 "b\xc2\x9b"
+                                 "c\xe2\x80\xae"
+                                 "d\"}") == "{\"name\":\"a\\u007fb\\u009bc\\u202ed\"}");
+  CHECK(escape_json_for_terminal("{\"w\":\"caf\xc3\xa9\",\"n\":[1,2]}") ==
+        "{\"w\":\"caf\xc3\xa9\",\"n\":[1,2]}");
+  CHECK(escape_json_for_terminal("\"\xff\"") == "\"\\u00ff\"");
 }
