@@ -74,7 +74,11 @@ RemoteNodeEvents::RemoteNodeEvents(Worker& worker, storage::Store& store, const 
 RemoteNodeEvents::~RemoteNodeEvents() { *alive_ = false; }
 
 void RemoteNodeEvents::on_event(NodeId node, Event event) {
-  if (reading_back_) {
+  // A notice never waits behind a read-back (a bucket's GET can take seconds): it orders
+  // nothing a commit must come before.
+  const bool urgent = std::holds_alternative<event::Notice>(event) ||
+                      std::holds_alternative<event::NodeUnhealthy>(event);
+  if (reading_back_ && !urgent) {
     waiting_.emplace_back(node, std::move(event));
     return;
   }

@@ -36,7 +36,7 @@ std::optional<std::string> check_node_claim(const AttemptMachine& machine, NodeI
 // claimed commit read back from the checkpoint location (complete, of that attempt and this
 // job) before it counts, as a node reads back its rank 0's claim. Events that arrive while a
 // read-back runs wait behind it, in order, so that nothing a node said after its commit
-// (its ranks' exits) overtakes it.
+// (its ranks' exits) overtakes it; notices and health findings do not wait.
 class RemoteNodeEvents {
  public:
   using Feed = std::function<void(Event)>;

@@ -98,6 +98,13 @@ TEST_CASE(
   remote.on_event(0, event::Committed{e, 60, "claimed", 0});
   remote.on_event(0, event::RankExited{e, 1, false, 0, 0, false, "exited with code 0"});
   CHECK(fed.empty());
+  // A notice does not wait behind the read-back.
+  event::Notice notice;
+  notice.node = 1;
+  remote.on_event(1, notice);
+  REQUIRE(fed.size() == 1);
+  CHECK(std::holds_alternative<event::Notice>(fed[0]));
+  fed.clear();
   REQUIRE(worker.pending() == 1);
   worker.run_all();
   loop.run_for(100ms);
