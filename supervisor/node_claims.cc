@@ -19,6 +19,20 @@ std::string foreign(NodeId node, std::string_view what, uint32_t rank, Epoch epo
 
 }  // namespace
 
+Result<event::Committed> read_back_commit(storage::Store& store, Epoch epoch, uint64_t step,
+                                          const std::string& job_id) {
+  auto entry = checkpoint::inspect_checkpoint(store, step, checkpoint::Verify::kSize);
+  if (entry.state != checkpoint::CheckpointState::kComplete || !entry.manifest)
+    return Error(ErrorCode::kCorrupt, "not complete: " + entry.reason);
+  const auto& m = *entry.manifest;
+  if (m.attempt != epoch)
+    return Error(ErrorCode::kFenced, "written by attempt " + std::to_string(m.attempt) + ", not " +
+                                         std::to_string(epoch));
+  if (m.job_id != job_id) return Error(ErrorCode::kCorrupt, "written by job '" + m.job_id + "'");
+  return event::Committed{epoch, step, store.describe(checkpoint::manifest_key(step)),
+                          m.total_bytes()};
+}
+
 std::optional<std::string> check_node_claim(const AttemptMachine& machine, NodeId node,
                                             Event& event) {
   // A rank-level event: only for a rank of the node's own slot in the running attempt.
@@ -102,20 +116,7 @@ void RemoteNodeEvents::read_back(NodeId node, const event::Committed& claimed) {
   std::weak_ptr<bool> weak = alive_;
   run_off_loop<Result<event::Committed>>(
       worker_,
-      [&s, claimed, job]() -> Result<event::Committed> {
-        auto entry = checkpoint::inspect_checkpoint(s, claimed.step, checkpoint::Verify::kSize);
-        if (entry.state != checkpoint::CheckpointState::kComplete || !entry.manifest)
-          return Error(ErrorCode::kCorrupt, "not complete: " + entry.reason);
-        const auto& m = *entry.manifest;
-        if (m.attempt != claimed.epoch)
-          return Error(ErrorCode::kFenced, "written by attempt " + std::to_string(m.attempt) +
-                                               ", not " + std::to_string(claimed.epoch));
-        if (m.job_id != job) return Error(ErrorCode::kCorrupt, "written by job '" + m.job_id + "'");
-        event::Committed c = claimed;
-        c.manifest = s.describe(checkpoint::manifest_key(claimed.step));
-        c.bytes = m.total_bytes();
-        return c;
-      },
+      [&s, claimed, job]() { return read_back_commit(s, claimed.epoch, claimed.step, job); },
       [this, weak, node, claimed](Result<event::Committed> r) {
         if (weak.expired()) return;
         reading_back_ = false;

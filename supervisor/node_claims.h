@@ -28,6 +28,13 @@
 
 namespace shardguard::supervisor {
 
+// A claimed commit of `step` by attempt `epoch` of job `job_id`, read back from `store`: the
+// Committed event (manifest and size from storage) when the checkpoint is complete and was
+// written by that attempt of that job, else why not. Blocking I/O: run it on a worker. The
+// node runner believes its rank 0's claim this way, the coordinator a node's.
+Result<event::Committed> read_back_commit(storage::Store& store, Epoch epoch, uint64_t step,
+                                          const std::string& job_id);
+
 // nullopt: `event` (trimmed in place) may be fed to the machine; else why it is refused.
 std::optional<std::string> check_node_claim(const AttemptMachine& machine, NodeId node,
                                             Event& event);

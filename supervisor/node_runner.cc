@@ -21,6 +21,7 @@
 #include "io/process_isolation.h"
 #include "io/process_record.h"
 #include "supervisor/hang_report.h"
+#include "supervisor/node_claims.h"
 #include "supervisor/rank_env.h"
 #include "supervisor/rank_log_tail.h"
 #include "supervisor/transfer_progress.h"
@@ -249,19 +250,7 @@ struct NodeRunner::Impl {
     ++verifying;
     run_off_loop<Result<event::Committed>>(
         d.worker,
-        [&s, step, e, job]() -> Result<event::Committed> {
-          auto entry = checkpoint::inspect_checkpoint(s, step, checkpoint::Verify::kSize);
-          if (entry.state != checkpoint::CheckpointState::kComplete || !entry.manifest)
-            return Error(ErrorCode::kCorrupt, "not complete: " + entry.reason);
-          const auto& m = *entry.manifest;
-          if (m.attempt != e)
-            return Error(ErrorCode::kFenced, "written by attempt " + std::to_string(m.attempt) +
-                                                 ", not " + std::to_string(e));
-          if (m.job_id != job)
-            return Error(ErrorCode::kCorrupt, "written by job '" + m.job_id + "'");
-          return event::Committed{e, step, s.describe(checkpoint::manifest_key(step)),
-                                  m.total_bytes()};
-        },
+        [&s, step, e, job]() { return read_back_commit(s, e, step, job); },
         [this, weak, step, claimed](Result<event::Committed> r) {
           if (weak.expired()) return;
           --verifying;
